@@ -1,0 +1,98 @@
+// nibble: public API. Checked entry points: every function here validates its arguments and
+// throws nibble::Error (naming the argument) before touching any output buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "nibble/core/error.hpp"
+#include "nibble/core/fp16.hpp"
+#include "nibble/core/types.hpp"
+#include "nibble/formats/nf4.hpp"
+#include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_k.hpp"
+#include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_0.hpp"
+#include "nibble/formats/q8_k.hpp"
+
+namespace nibble {
+
+/// The caller's thread pool: run task(ctx, i) for every i in [0, n), return when all are done.
+using ParallelFor = void (*)(void* pool, std::int64_t n, void (*task)(void* ctx, std::int64_t i),
+                             void* ctx);
+
+/// Execution context of the compute entry points. A default-constructed Context uses the best
+/// ISA of this CPU (restricted by the NIBBLE_ISA environment variable when set) and all hardware
+/// threads through OpenMP (serial when built without OpenMP).
+struct Context {
+  std::optional<Isa> isa;              ///< force one ISA (Error if this CPU or build lacks it)
+  int threads = 0;                     ///< 0 = all hardware threads
+  ParallelFor parallel_for = nullptr;  ///< optional: the embedding runtime's pool ...
+  void* pool = nullptr;                ///< ... and its handle
+};
+
+/// Bytes of one row of `cols` values in format `f`. Throws if cols is negative or not a
+/// multiple of the format's block size.
+std::size_t row_bytes(Format f, std::int64_t cols);
+
+/// Quantizes a row-major rows x cols fp32 matrix into `dst` (rows * row_bytes(f, cols) bytes).
+/// `importance` (cols non-negative finite weights, or nullptr) selects the importance-weighted
+/// (imatrix) quantizers for q4_K/q5_K/q6_K and is ignored by the other formats. The output is
+/// byte-identical to ggml's reference quantizers and independent of ISA and thread count.
+/// Throws (writing nothing) on null pointers, negative sizes, cols not a multiple of the block
+/// size, NaN/Inf in src, or negative/non-finite importance weights. Format::q8_K is allowed.
+void quantize(Format f, const float* src, std::int64_t rows, std::int64_t cols, void* dst,
+              const float* importance = nullptr);
+/// As above, with an explicit Context (ISA, threads).
+void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows,
+              std::int64_t cols, void* dst, const float* importance = nullptr);
+
+/// Dequantizes rows x cols values stored in format `f` to fp32 (identical to ggml's dequantizers).
+void dequantize(Format f, const void* src, std::int64_t rows, std::int64_t cols, float* dst);
+/// As above, with an explicit Context.
+void dequantize(const Context& ctx, Format f, const void* src, std::int64_t rows,
+                std::int64_t cols, float* dst);
+
+/// Best ISA available under `ctx` (built AND supported by this CPU/OS AND allowed by ctx.isa
+/// and NIBBLE_ISA). Throws if ctx.isa names an ISA this build or CPU cannot run.
+Isa best_isa(const Context& ctx = {});
+
+/// ISAs this binary was built with and this CPU/OS can run, best last.
+std::vector<Isa> available_isas();
+
+/// y = W x. W: rows x cols in format `w` (row-major blocks), x: cols floats, y: rows floats.
+void gemv(const Context& ctx, Format w, const void* W, std::int64_t rows, std::int64_t cols,
+          const float* x, float* y);
+
+/// Y = X W^T. W as in gemv; X: n x cols row-major; Y: n x rows row-major.
+void gemm(const Context& ctx, Format w, const void* W, std::int64_t rows, std::int64_t cols,
+          const float* X, std::int64_t n, float* Y);
+
+namespace nf4 {
+
+/// A bitsandbytes-compatible 4-bit tensor (field names follow bitsandbytes' QuantState).
+struct Quantized {
+  std::vector<std::uint8_t> packed;   ///< (n+1)/2 bytes, element 2i in the high nibble of byte i
+  std::vector<float> absmax;          ///< fp32 absmax per block (empty when double_quant)
+  std::vector<std::uint8_t> qabsmax;  ///< 8-bit codes of absmax - offset (double_quant only)
+  std::vector<float> nested_absmax;   ///< absmax of each 256-block of (absmax - offset)
+  float offset = 0.0f;                ///< mean of the absmax values (double_quant only)
+  int blocksize = 64;                 ///< 64, 128, ..., 4096
+  std::int64_t n = 0;                 ///< number of values
+  bool fp4 = false;                   ///< FP4 code book instead of NF4
+  bool double_quant = false;          ///< absmax stored as qabsmax + nested_absmax + offset
+};
+
+/// Quantizes n fp32 values exactly as bitsandbytes' quantize_4bit (quant_type "nf4" or "fp4",
+/// compress_statistics = double_quant, nested blocksize 256, exact nearest dynamic-map code).
+Quantized quantize(const float* x, std::int64_t n, int blocksize = 64, bool double_quant = false,
+                   bool fp4 = false);
+
+/// Dequantizes to n fp32 values (bitsandbytes' dequantize_4bit).
+void dequantize(const Quantized& q, float* out);
+
+}  // namespace nf4
+
+}  // namespace nibble

@@ -1,0 +1,38 @@
+// nibble: the per-ISA kernel table. One immutable instance per built ISA; src/dispatch.cpp picks
+// one at run time. Functions here are unchecked hot paths: the public API in nibble.hpp validates
+// shapes before calling them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nibble/core/types.hpp"
+
+namespace nibble::kernels {
+
+/// Kernels of one weight format on one ISA. Any entry may be null (not provided: the caller
+/// falls back to the scalar table).
+struct FormatKernels {
+  /// Dequantize `n` values (a multiple of the block size) from `src` to fp32 `dst`.
+  void (*dequant)(const void* src, std::int64_t n, float* dst) = nullptr;
+  /// Quantize `n` fp32 values (multiple of the block size) into blocks; `importance` (n weights
+  /// or null). Must be byte-identical to the scalar reference.
+  void (*quantize)(const float* src, std::int64_t n, void* dst, const float* importance) = nullptr;
+  /// Y[j * ldy + r] = dot(W row r, activation row j) for r in [r0, r1), j in [0, n).
+  /// `W` points at row 0, rows are `w_row_bytes` apart. `A` holds n activation rows already in
+  /// the format's activation format (traits(f).activation), `a_row_bytes` apart.
+  void (*gemm)(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+               std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n,
+               float* Y, std::int64_t ldy) = nullptr;
+};
+
+/// All kernels of one ISA.
+struct KernelTable {
+  Isa isa = Isa::scalar;
+  FormatKernels fmt[9];  ///< indexed by static_cast<int>(Format)
+  /// Activation quantizers (byte-identical to the scalar reference): `n` fp32 -> blocks.
+  void (*quantize_act_q8_K)(const float* src, std::int64_t n, void* dst) = nullptr;
+  void (*quantize_act_q8_0)(const float* src, std::int64_t n, void* dst) = nullptr;
+};
+
+}  // namespace nibble::kernels
