@@ -1,0 +1,33 @@
+// nibble: every kernel body; fill_table<Tag>() builds the table of one ISA. Included by each
+// per-ISA TU (src/isa/*.cpp), which is compiled with that ISA's flags.
+#pragma once
+
+#include "nibble/kernels/act-inl.hpp"
+#include "nibble/kernels/f16-inl.hpp"
+#include "nibble/kernels/f32-inl.hpp"
+#include "nibble/kernels/nf4-inl.hpp"
+#include "nibble/kernels/q4_k-inl.hpp"
+#include "nibble/kernels/q5_k-inl.hpp"
+#include "nibble/kernels/q6_k-inl.hpp"
+#include "nibble/kernels/q8_0-inl.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+template <class Tag>
+KernelTable make_table() {
+  KernelTable t;
+  t.isa = Tag::isa;
+  register_act<Tag>(t);
+  register_f32<Tag>(t);
+  register_f16<Tag>(t);
+  register_q8_0<Tag>(t);
+  register_nf4<Tag>(t);
+  register_q4_k<Tag>(t);
+  register_q5_k<Tag>(t);
+  register_q6_k<Tag>(t);
+  return t;
+}
+
+}  // namespace
+}  // namespace nibble::kernels
