@@ -10,6 +10,8 @@
 #include "nibble/kernels/q5_k-inl.hpp"
 #include "nibble/kernels/q6_k-inl.hpp"
 #include "nibble/kernels/q8_0-inl.hpp"
+#include "nibble/kernels/quantize-inl.hpp"
+#include "nibble/kernels/w8a8-inl.hpp"
 
 namespace nibble::kernels {
 namespace {
@@ -26,6 +28,8 @@ KernelTable make_table() {
   register_q4_k<Tag>(t);
   register_q5_k<Tag>(t);
   register_q6_k<Tag>(t);
+  register_quantizers<Tag>(t);
+  register_w8a8<Tag>(t);
   return t;
 }
 
