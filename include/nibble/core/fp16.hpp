@@ -6,18 +6,20 @@
 #include <cstdint>
 #include <cstring>
 
+#include "nibble/core/config.hpp"
+
 namespace nibble {
 
 /// Raw IEEE binary16 bit pattern, as stored in GGUF blocks.
 using fp16_t = std::uint16_t;
 
 namespace detail {
-inline std::uint32_t f32_bits(float f) {
+NIBBLE_INLINE std::uint32_t f32_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
 }
-inline float f32_from_bits(std::uint32_t u) {
+NIBBLE_INLINE float f32_from_bits(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
@@ -25,7 +27,7 @@ inline float f32_from_bits(std::uint32_t u) {
 }  // namespace detail
 
 /// float -> binary16, round to nearest even. Overflow gives +-inf, NaN gives (sign | 0x7E00).
-inline fp16_t fp32_to_fp16(float f) {
+NIBBLE_INLINE fp16_t fp32_to_fp16(float f) {
   const std::uint32_t x = detail::f32_bits(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t ax = x & 0x7FFFFFFFu;
@@ -51,7 +53,7 @@ inline fp16_t fp32_to_fp16(float f) {
 }
 
 /// binary16 -> float (exact).
-inline float fp16_to_fp32(fp16_t h) {
+NIBBLE_INLINE float fp16_to_fp32(fp16_t h) {
   const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1Fu;
   std::uint32_t m = h & 0x3FFu;
