@@ -1,0 +1,140 @@
+// nibble: llama-quantize-compatible model quantization (GGUF in, GGUF out).
+//
+// Behaviour follows llama.cpp's llama-quantize at c392e5094deaf2d1a7c18683214f007fad3fe42b for
+// the K-quant mixes and Q8_0: the same tensors are quantized (2-D+ "*weight" tensors except
+// norms and a few special ones), each tensor gets the type llama_tensor_get_type would give it
+// (Q4_K_S/M, Q5_K_S/M mixes, output.weight -> Q6_K, ...), tensors are written in llama's order
+// (by layer number, then by name), the input metadata is carried in order with
+// general.quantization_version and general.file_type re-appended at the end, tensor data is
+// padded to 32 bytes, and an importance matrix is used per tensor as llama-quantize uses it.
+// For the same f32/f16 input without imatrix the output file is meant to be byte-identical.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nibble/io/gguf.hpp"
+#include "nibble/io/imatrix.hpp"
+
+namespace nibble {
+
+/// llama.cpp file types (LLAMA_FTYPE_MOSTLY_*) that nibble can produce; values as in llama.h.
+enum class LlamaFtype : int {
+  q8_0 = 7,
+  q4_K_S = 14,
+  q4_K_M = 15,
+  q5_K_S = 16,
+  q5_K_M = 17,
+  q6_K = 18,
+};
+
+/// Parses a llama-quantize type name, case-insensitive: Q8_0, Q4_K_S, Q4_K_M, Q4_K (= Q4_K_M),
+/// Q5_K_S, Q5_K_M, Q5_K (= Q5_K_M), Q6_K. Throws nibble::Error for anything else.
+LlamaFtype parse_llama_ftype(const std::string& name);
+
+/// Canonical name of a file type ("Q4_K_M", ...).
+const char* llama_ftype_name(LlamaFtype f);
+
+/// ggml type id of the default (base) type of a file type (Q4_K for Q4_K_S/M, ...).
+std::uint32_t llama_ftype_base_type(LlamaFtype f);
+
+/// Model facts the type rules depend on, read from the metadata.
+struct LlamaModelInfo {
+  std::string arch;         ///< general.architecture
+  int n_layer = 0;          ///< ARCH.block_count
+  int n_expert = 0;         ///< ARCH.expert_count (0 when absent)
+  int n_head = 0;           ///< ARCH.attention.head_count (0 when absent or an array)
+  int n_head_kv = 0;        ///< ARCH.attention.head_count_kv (n_head when absent)
+  bool is_70b = false;      ///< llama's LLM_TYPE_70B (80 layers, grouped-query attention)
+  bool has_output = false;  ///< an output.weight tensor exists (else embeddings are tied)
+  int n_attention_wv = 0;   ///< number of attn_v / attn_qkv / attn_kv_b weights
+};
+
+/// Reads the LlamaModelInfo of a parsed GGUF (Error if general.architecture or block_count is
+/// missing).
+LlamaModelInfo llama_model_info(const gguf::File& in);
+
+/// What happens to one tensor.
+struct TensorPlan {
+  std::size_t input_index = 0;  ///< index into File::tensors
+  std::string name;             ///< tensor name
+  std::uint32_t in_type = 0;    ///< ggml type id in the input
+  std::uint32_t out_type = 0;   ///< ggml type id in the output
+  bool quantize = false;        ///< converted (else copied unchanged)
+  bool fallback = false;        ///< shape forced a fallback type
+};
+
+/// The tensors of `in` in llama-quantize's output order with their output types for `ftype`.
+/// `has_imatrix` is part of llama's rules (it changes no choice for the supported types).
+/// Throws nibble::Error when llama-quantize would fail (e.g. unexpected attn_v count) or when
+/// the fallback type is one nibble cannot produce (q5_0/q5_1).
+std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
+                                         bool has_imatrix = false);
+
+/// Quantization algorithm. rtn: llama's round-to-nearest K-quant/Q8_0 quantizers (with the
+/// imatrix when given). gptq: tensors whose output type is q4_K/q5_K/q6_K and that have
+/// calibration data are quantized with nibble::gptq::quantize_blocks (default gptq::Config,
+/// imatrix not used for them); all other tensors as rtn. awq: not available in this driver
+/// (throws).
+///
+/// Calibration file (QuantizeOptions::calib_path) for gptq: a GGUF file holding, for a weight
+/// tensor NAME with `cols` input columns, either
+///   NAME.hessian  f32, shape [cols, cols]: H = 2/n * sum_t x_t x_t^T (see quant/hessian.hpp), or
+///   NAME.inputs   f32, shape [cols, tokens]: the layer's input activations, one row per token
+///                 (the driver accumulates H from them).
+/// Metadata of the calibration file is ignored. Weights without an entry are quantized by rtn.
+enum class QuantMethod { rtn, gptq, awq };
+
+/// Options of quantize_model.
+struct QuantizeOptions {
+  int threads = 0;                        ///< 0 = all hardware threads
+  const Imatrix* imatrix = nullptr;       ///< importance matrix (optional)
+  std::string imatrix_path;               ///< recorded as quantize.imatrix.file when imatrix is set
+  QuantMethod method = QuantMethod::rtn;  ///< gptq/awq need calib_path
+  std::string calib_path;                 ///< calibration file (gptq/awq)
+};
+
+/// Progress report, sent after each tensor.
+struct QuantizeProgress {
+  std::size_t index = 0;             ///< tensors done (1-based after the first)
+  std::size_t count = 0;             ///< tensors in total
+  std::string name;                  ///< tensor just done
+  std::uint32_t out_type = 0;        ///< its output type
+  std::uint64_t in_bytes_done = 0;   ///< input bytes processed so far
+  std::uint64_t in_bytes_total = 0;  ///< input bytes in total
+  double seconds = 0;                ///< elapsed time
+};
+
+/// Called after every tensor.
+using ProgressCallback = std::function<void(const QuantizeProgress&)>;
+
+/// Result of quantize_model.
+struct QuantizeSummary {
+  std::uint64_t in_tensor_bytes = 0;   ///< bytes of tensor data in the input
+  std::uint64_t out_tensor_bytes = 0;  ///< bytes of tensor data in the output
+  std::uint64_t in_file_bytes = 0;     ///< input file size
+  std::uint64_t out_file_bytes = 0;    ///< output file size
+  std::int64_t elements = 0;           ///< values in all tensors
+  int quantized = 0;                   ///< tensors converted
+  int copied = 0;                      ///< tensors copied unchanged
+  int fallbacks = 0;                   ///< tensors that needed a fallback type
+  int calibrated = 0;                  ///< tensors quantized with GPTQ
+  double seconds = 0;                  ///< wall time
+  /// Bits per weight of the output tensor data.
+  double bits_per_weight() const {
+    return elements ? 8.0 * static_cast<double>(out_tensor_bytes) / static_cast<double>(elements)
+                    : 0.0;
+  }
+};
+
+/// Quantizes the GGUF model at `in_path` into `out_path` like `llama-quantize in out FTYPE`
+/// (see the file comment). Streams tensor by tensor from a memory-mapped input (working set:
+/// one tensor), writes `out_path`.tmp and renames it at the end (no output on failure).
+/// Throws nibble::Error on malformed input, unsupported tensor types or methods.
+QuantizeSummary quantize_model(const std::string& in_path, const std::string& out_path,
+                               LlamaFtype ftype, const QuantizeOptions& options = {},
+                               const ProgressCallback& progress = {});
+
+}  // namespace nibble

@@ -1,0 +1,170 @@
+// nibble CLI: `nibble quantize` (llama-quantize-compatible GGUF quantization).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "commands.hpp"
+#include "nibble/io/gguf.hpp"
+#include "nibble/io/imatrix.hpp"
+#include "nibble/io/llama_quant.hpp"
+
+namespace {
+
+void usage(std::FILE* f) {
+  std::fprintf(
+      f,
+      "usage: nibble quantize IN.gguf OUT.gguf TYPE [--imatrix FILE]\n"
+      "                       [--method rtn|gptq|awq] [--calib FILE] [--threads N]\n"
+      "  TYPE: Q8_0, Q4_K (=Q4_K_M), Q4_K_S, Q4_K_M, Q5_K (=Q5_K_M), Q5_K_S, Q5_K_M, Q6_K\n"
+      "  Chooses every tensor's type as llama.cpp's llama-quantize does.\n"
+      "  --imatrix FILE  importance matrix (legacy imatrix.dat or GGUF imatrix)\n"
+      "  --method        rtn (default) | gptq (needs --calib) | awq (not available yet)\n"
+      "  --calib FILE    GGUF with NAME.hessian [cols, cols] or NAME.inputs [cols, tokens]\n"
+      "                  f32 tensors per weight NAME (see nibble/io/llama_quant.hpp)\n"
+      "  --threads N     worker threads (default: all)\n");
+}
+
+std::string fmt_bytes(double b) {
+  char buf[64];
+  if (b >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  } else if (b >= 1024.0 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  } else if (b >= 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
+  }
+  return buf;
+}
+
+std::string fmt_time(double s) {
+  char buf[32];
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%02ld:%02ld", t / 60, t % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
+int cmd_quantize(int argc, char** argv) {
+  std::string in, out, type, imatrix_path, calib, method = "rtn";
+  int threads = 0;
+  int pos = 0;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* opt) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "nibble quantize: %s needs a value\n", opt);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--imatrix") {
+      imatrix_path = value("--imatrix");
+    } else if (a == "--method") {
+      method = value("--method");
+    } else if (a == "--calib") {
+      calib = value("--calib");
+    } else if (a == "--threads") {
+      const std::string v = value("--threads");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1 || n > 4096) {
+        std::fprintf(stderr, "nibble quantize: --threads %s: expected an integer in 1..4096\n",
+                     v.c_str());
+        return 2;
+      }
+      threads = static_cast<int>(n);
+    } else if (a.size() > 1 && a[0] == '-') {
+      std::fprintf(stderr, "nibble quantize: unknown option %s\n", a.c_str());
+      usage(stderr);
+      return 2;
+    } else {
+      (pos == 0 ? in : pos == 1 ? out : type) = a;
+      if (++pos > 3) {
+        std::fprintf(stderr, "nibble quantize: too many arguments\n");
+        usage(stderr);
+        return 2;
+      }
+    }
+  }
+  if (pos != 3) {
+    usage(stderr);
+    return 2;
+  }
+  try {
+    const nibble::LlamaFtype ftype = nibble::parse_llama_ftype(type);
+    nibble::QuantizeOptions opt;
+    opt.threads = threads;
+    if (method == "rtn") {
+      opt.method = nibble::QuantMethod::rtn;
+    } else if (method == "gptq" || method == "awq") {
+      opt.method = method == "gptq" ? nibble::QuantMethod::gptq : nibble::QuantMethod::awq;
+      if (calib.empty()) {
+        std::fprintf(stderr, "nibble quantize: --method %s needs --calib FILE\n", method.c_str());
+        return 2;
+      }
+      opt.calib_path = calib;
+    } else {
+      std::fprintf(stderr, "nibble quantize: --method %s: expected rtn, gptq or awq\n",
+                   method.c_str());
+      return 2;
+    }
+    nibble::Imatrix im;
+    if (!imatrix_path.empty()) {
+      im = nibble::read_imatrix(imatrix_path);
+      opt.imatrix = &im;
+      opt.imatrix_path = imatrix_path;
+      std::printf("imatrix: %zu entries from %s (%s format, %d chunks)\n", im.entries.size(),
+                  imatrix_path.c_str(), im.gguf_format ? "GGUF" : "legacy", im.chunks);
+    }
+    std::printf("quantizing %s -> %s as %s\n", in.c_str(), out.c_str(),
+                nibble::llama_ftype_name(ftype));
+    const bool tty = isatty(fileno(stdout)) != 0;
+    auto progress = [&](const nibble::QuantizeProgress& p) {
+      const double frac =
+          p.in_bytes_total ? double(p.in_bytes_done) / double(p.in_bytes_total) : 1.0;
+      const double eta = frac > 0 ? p.seconds * (1.0 - frac) / frac : 0.0;
+      const char* tname = nibble::gguf::type_info(p.out_type).name;
+      if (tty) {
+        const int width = 30;
+        const int filled = static_cast<int>(frac * width + 0.5);
+        std::string bar(static_cast<std::size_t>(filled), '#');
+        bar.resize(width, '.');
+        std::printf("\r[%s] %3.0f%% %zu/%zu ETA %s  %-28.28s %-6s\x1b[K", bar.c_str(), frac * 100.0,
+                    p.index, p.count, fmt_time(eta).c_str(), p.name.c_str(), tname ? tname : "?");
+        if (p.index == p.count) std::printf("\n");
+      } else {
+        std::printf("[%zu/%zu] %-40s -> %-6s %5.1f%% elapsed %s ETA %s\n", p.index, p.count,
+                    p.name.c_str(), tname ? tname : "?", frac * 100.0, fmt_time(p.seconds).c_str(),
+                    fmt_time(eta).c_str());
+      }
+      std::fflush(stdout);
+    };
+    const nibble::QuantizeSummary s = nibble::quantize_model(in, out, ftype, opt, progress);
+    std::printf("tensors: %d quantized (%d with GPTQ), %d copied, %d fallbacks\n", s.quantized,
+                s.calibrated, s.copied, s.fallbacks);
+    std::printf(
+        "size: %s -> %s (tensor data %s -> %s)\n", fmt_bytes(double(s.in_file_bytes)).c_str(),
+        fmt_bytes(double(s.out_file_bytes)).c_str(), fmt_bytes(double(s.in_tensor_bytes)).c_str(),
+        fmt_bytes(double(s.out_tensor_bytes)).c_str());
+    std::printf("bits per weight: %.3f (input %.3f)\n", s.bits_per_weight(),
+                s.elements ? 8.0 * double(s.in_tensor_bytes) / double(s.elements) : 0.0);
+    std::printf("time: %.2f s\n", s.seconds);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,10 @@
+// nibble CLI: subcommand entry points. Each takes the arguments after the subcommand name
+// (argv[0] is the first argument, not the program name) and returns the process exit code.
+#pragma once
+
+/// `nibble quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--method rtn|gptq|awq]
+/// [--calib FILE] [--threads N]`: llama-quantize-compatible quantization.
+int cmd_quantize(int argc, char** argv);
+
+/// `nibble info FILE.gguf [--all]`: metadata and tensor table of a GGUF file.
+int cmd_info(int argc, char** argv);

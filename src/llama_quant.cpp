@@ -1,0 +1,586 @@
+// nibble: llama-quantize-compatible tensor type selection and the streaming quantize driver.
+//
+// The rules below restate llama.cpp's src/llama-quant.cpp at c392e50 (2025-02-20):
+// llama_model_quantize_impl (which tensors, order, metadata) and llama_tensor_get_type (the
+// per-tensor type mixes). Only the branches reachable for the file types nibble produces
+// (Q8_0, Q4_K_S/M, Q5_K_S/M, Q6_K) are restated; IQ*/Q2_K/Q3_K-only branches are left out.
+#include "nibble/io/llama_quant.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <Eigen/Dense>
+
+#include "nibble/nibble.hpp"
+#include "nibble/quant/gptq.hpp"
+#include "nibble/quant/hessian.hpp"
+
+namespace nibble {
+
+using detail::fail;
+
+namespace {
+
+// ggml type ids used here.
+constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
+                        kQ6_K = 14, kBF16 = 30;
+constexpr std::int64_t kQK_K = 256;
+
+bool contains(const std::string& s, const char* sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+// Layer number as llama's weight_name_comparer reads it: sscanf(name, "blk.%d.") or -1.
+int layer_of(const std::string& name) {
+  int layer = -1;
+  if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1) layer = -1;
+  return layer;
+}
+
+// ggml_n_dims: index of the last dimension != 1, plus one (at least 1).
+std::size_t n_dims_of(const std::vector<std::int64_t>& shape) {
+  for (std::size_t i = shape.size(); i > 1; --i) {
+    if (shape[i - 1] != 1) return i;
+  }
+  return 1;
+}
+
+std::int64_t block_elems(std::uint32_t type) {
+  return gguf::type_info(type).block_elems;
+}
+
+// llama-quant.cpp, llama_model_quantize_impl: the `quantize` flag computed for every tensor
+// (name ends in "weight" -- including llama's size_t quirk for names shorter than 6 -- at least
+// 2 dims, not a norm, not an expert router, not a positional/token-type embedding, not one of the
+// small SSM/RWKV/T5 tensors).
+bool allows_quantization(const std::string& name, const std::vector<std::int64_t>& shape) {
+  bool q = name.rfind("weight") == name.size() - 6;  // size_t arithmetic as in llama
+  q = q && n_dims_of(shape) >= 2;
+  q = q && !contains(name, "_norm.weight");
+  q = q && !contains(name, "ffn_gate_inp.weight");
+  q = q && name != "position_embd.weight";
+  q = q && name != "token_types.weight";
+  q = q && !contains(name, "ssm_conv1d.weight");
+  q = q && !contains(name, "time_mix_first.weight");
+  q = q && !contains(name, "time_mix_w1.weight");
+  q = q && !contains(name, "time_mix_w2.weight");
+  q = q && !contains(name, "time_mix_decay_w1.weight");
+  q = q && !contains(name, "time_mix_decay_w2.weight");
+  q = q && !contains(name, "time_mix_lerp_fused.weight");
+  q = q && !contains(name, "attn_rel_b.weight");
+  return q;
+}
+
+struct State {
+  const LlamaModelInfo& m;
+  LlamaFtype ftype;
+  bool has_imatrix;
+  int i_attention_wv = 0, i_ffn_down = 0, i_ffn_gate = 0, i_ffn_up = 0;
+};
+
+// llama_tensor_get_type's use_more_bits: first and last eighth of the layers, and every third
+// layer in between.
+bool use_more_bits(int i, int n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// llama_tensor_get_type's layer_info: with experts the layer comes from the name.
+int layer_index(const State& s, int counter, const std::string& name) {
+  if (s.m.n_expert > 1) {
+    int layer = 0;
+    if (std::sscanf(name.c_str(), "blk.%d.", &layer) != 1) {
+      fail("quantize: cannot determine the layer of tensor ", name);
+    }
+    if (layer < 0 || layer >= s.m.n_layer) {
+      fail("quantize: bad layer ", layer, " for tensor ", name, " (expected [0, ", s.m.n_layer,
+           "))");
+    }
+    return layer;
+  }
+  return counter;
+}
+
+// llama_tensor_get_type, restricted to the file types nibble supports. Returns the type and sets
+// *fallback when the row length forced a different type.
+std::uint32_t tensor_type(State& s, std::uint32_t new_type, const std::string& name,
+                          const std::vector<std::int64_t>& shape, bool* fallback) {
+  const LlamaFtype ft = s.ftype;
+  const bool falcon = s.m.arch == "falcon";
+  const int n_layer = s.m.n_layer;
+  *fallback = false;
+
+  if (name == "output.weight" || (!s.m.has_output && name == "token_embd.weight")) {
+    // Output (or tied embedding): Q8_0 for falcon or rows not a multiple of 256, else Q6_K
+    // unless the base type is Q8_0.
+    const std::int64_t nx = shape[0];
+    if (falcon || nx % kQK_K != 0) {
+      new_type = kQ8_0;
+    } else if (new_type != kQ8_0) {
+      new_type = kQ6_K;
+    }
+  } else if (name == "token_embd.weight") {
+    // Only IQ*/TQ* file types change the token embedding.
+  } else if (contains(name, "attn_v.weight")) {
+    if ((ft == LlamaFtype::q4_K_M || ft == LlamaFtype::q5_K_M) &&
+        use_more_bits(s.i_attention_wv, s.m.n_attention_wv)) {
+      new_type = kQ6_K;
+    } else if (ft == LlamaFtype::q4_K_S && s.i_attention_wv < 4) {
+      new_type = kQ5_K;
+    }
+    if (s.m.is_70b) {
+      // 8 heads share attn_v in 70B: more bits are nearly free.
+      if (new_type == kQ4_K) new_type = kQ5_K;  // (Q3_K -> Q5_K too, unreachable here)
+    }
+    if (s.m.n_expert == 8) new_type = kQ8_0;
+    ++s.i_attention_wv;
+  } else if (contains(name, "attn_k.weight")) {
+    if (s.m.n_expert == 8) new_type = kQ8_0;
+  } else if (contains(name, "attn_q.weight")) {
+    // Only IQ file types.
+  } else if (contains(name, "ffn_down")) {
+    const int i_layer = layer_index(s, s.i_ffn_down, name);
+    if (ft == LlamaFtype::q4_K_M) {
+      if (falcon) {
+        new_type = i_layer < n_layer / 16 ? kQ6_K : use_more_bits(i_layer, n_layer) ? kQ5_K : kQ4_K;
+      } else if (use_more_bits(i_layer, n_layer)) {
+        new_type = kQ6_K;
+      }
+    } else if (ft == LlamaFtype::q5_K_M && use_more_bits(i_layer, n_layer)) {
+      new_type = kQ6_K;
+    } else if (ft == LlamaFtype::q4_K_S && !falcon && i_layer < n_layer / 8) {
+      new_type = kQ5_K;
+    }
+    ++s.i_ffn_down;
+  } else if (contains(name, "attn_output.weight")) {
+    if (!falcon && s.m.n_expert == 8 && (ft == LlamaFtype::q4_K_S || ft == LlamaFtype::q4_K_M)) {
+      new_type = kQ5_K;
+    }
+  } else if (contains(name, "attn_qkv.weight")) {
+    if (ft == LlamaFtype::q4_K_M) {
+      new_type = kQ5_K;
+    } else if (ft == LlamaFtype::q5_K_M) {
+      new_type = kQ6_K;
+    }
+  } else if (contains(name, "ffn_gate")) {
+    (void)layer_index(s, s.i_ffn_gate, name);  // validates the layer like llama
+    ++s.i_ffn_gate;
+  } else if (contains(name, "ffn_up")) {
+    (void)layer_index(s, s.i_ffn_up, name);
+    ++s.i_ffn_up;
+  }
+
+  // Rows that are not a multiple of the block size: llama's fallback table.
+  const std::int64_t nx = shape[0];
+  if (nx % block_elems(new_type) != 0) {
+    *fallback = true;
+    switch (new_type) {
+      case kQ4_K:
+        new_type = kQ5_0;
+        break;
+      case kQ5_K:
+        new_type = kQ5_1;
+        break;
+      case kQ6_K:
+        new_type = kQ8_0;
+        break;
+      default:
+        fail("quantize: tensor ", name, " has rows of ", nx, " values, not a multiple of ",
+             block_elems(new_type), " (llama-quantize rejects this shape for ",
+             gguf::type_info(new_type).name, ")");
+    }
+    if (nx % block_elems(new_type) != 0) new_type = kF16;
+  }
+  return new_type;
+}
+
+Format format_of(std::uint32_t type) {
+  switch (type) {
+    case kQ8_0:
+      return Format::q8_0;
+    case kQ4_K:
+      return Format::q4_K;
+    case kQ5_K:
+      return Format::q5_K;
+    case kQ6_K:
+      return Format::q6_K;
+    case kF16:
+      return Format::f16;
+    default:
+      fail("quantize: nibble cannot produce ggml type ", gguf::type_info(type).name);
+  }
+}
+
+std::int64_t int_key(const gguf::File& f, const std::string& key, std::int64_t def) {
+  const gguf::KeyValue* kv = f.find(key);
+  if (!kv || !kv->value.is_integer()) return def;
+  return kv->value.as_int();
+}
+
+// Converts `n` values of an f32/f16/bf16 tensor to f32.
+void to_f32(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+  if (type == kF16) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      fp16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = fp16_to_fp32(h);
+    }
+  } else if (type == kBF16) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = detail::f32_from_bits(static_cast<std::uint32_t>(h) << 16);
+    }
+  } else {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+  }
+}
+
+}  // namespace
+
+LlamaFtype parse_llama_ftype(const std::string& name) {
+  std::string u;
+  for (char ch : name) u += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (u == "Q8_0") return LlamaFtype::q8_0;
+  if (u == "Q4_K_S") return LlamaFtype::q4_K_S;
+  if (u == "Q4_K_M" || u == "Q4_K") return LlamaFtype::q4_K_M;
+  if (u == "Q5_K_S") return LlamaFtype::q5_K_S;
+  if (u == "Q5_K_M" || u == "Q5_K") return LlamaFtype::q5_K_M;
+  if (u == "Q6_K") return LlamaFtype::q6_K;
+  fail("quantize: type \"", name,
+       "\" is not one of Q8_0, Q4_K, Q4_K_S, Q4_K_M, Q5_K, Q5_K_S, Q5_K_M, Q6_K");
+}
+
+const char* llama_ftype_name(LlamaFtype f) {
+  switch (f) {
+    case LlamaFtype::q8_0:
+      return "Q8_0";
+    case LlamaFtype::q4_K_S:
+      return "Q4_K_S";
+    case LlamaFtype::q4_K_M:
+      return "Q4_K_M";
+    case LlamaFtype::q5_K_S:
+      return "Q5_K_S";
+    case LlamaFtype::q5_K_M:
+      return "Q5_K_M";
+    case LlamaFtype::q6_K:
+      return "Q6_K";
+  }
+  return "?";
+}
+
+std::uint32_t llama_ftype_base_type(LlamaFtype f) {
+  switch (f) {
+    case LlamaFtype::q8_0:
+      return kQ8_0;
+    case LlamaFtype::q4_K_S:
+    case LlamaFtype::q4_K_M:
+      return kQ4_K;
+    case LlamaFtype::q5_K_S:
+    case LlamaFtype::q5_K_M:
+      return kQ5_K;
+    case LlamaFtype::q6_K:
+      return kQ6_K;
+  }
+  return kQ8_0;
+}
+
+LlamaModelInfo llama_model_info(const gguf::File& in) {
+  LlamaModelInfo m;
+  const gguf::KeyValue* a = in.find("general.architecture");
+  if (!a || a->value.type != gguf::ValueType::string) {
+    fail("quantize: the model has no general.architecture string");
+  }
+  m.arch = a->value.str;
+  const std::int64_t nl = int_key(in, m.arch + ".block_count", -1);
+  if (nl < 0 || nl > 1000000) fail("quantize: missing or invalid ", m.arch, ".block_count");
+  m.n_layer = static_cast<int>(nl);
+  m.n_expert = static_cast<int>(int_key(in, m.arch + ".expert_count", 0));
+  m.n_head = static_cast<int>(int_key(in, m.arch + ".attention.head_count", 0));
+  m.n_head_kv = static_cast<int>(int_key(in, m.arch + ".attention.head_count_kv", m.n_head));
+  // llama_model::load_hparams, LLM_ARCH_LLAMA: 80 layers without experts is 65B (MHA) or 70B.
+  m.is_70b = m.arch == "llama" && m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
+  for (const auto& t : in.tensors) {
+    if (contains(t.name, "attn_v.weight") || contains(t.name, "attn_qkv.weight") ||
+        contains(t.name, "attn_kv_b.weight")) {
+      ++m.n_attention_wv;
+    } else if (t.name == "output.weight") {
+      m.has_output = true;
+    }
+  }
+  return m;
+}
+
+std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype, bool has_imatrix) {
+  const LlamaModelInfo m = llama_model_info(in);
+  // llama asserts that every attention layer has one attn_v-like weight.
+  if (m.n_attention_wv != 0 && m.n_attention_wv != m.n_layer) {
+    fail("quantize: found ", m.n_attention_wv, " attn_v weights for ", m.n_layer,
+         " layers (llama-quantize asserts they match)");
+  }
+  // llama_model_loader keeps the weights in a std::map ordered by (layer, name).
+  std::vector<std::size_t> order(in.tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const std::string& na = in.tensors[a].name;
+    const std::string& nb = in.tensors[b].name;
+    const int la = layer_of(na), lb = layer_of(nb);
+    if (la != lb) return la < lb;
+    return na < nb;
+  });
+
+  State s{m, ftype, has_imatrix};
+  const std::uint32_t base = llama_ftype_base_type(ftype);
+  std::vector<TensorPlan> plan;
+  plan.reserve(order.size());
+  for (std::size_t idx : order) {
+    const gguf::TensorInfo& t = in.tensors[idx];
+    TensorPlan p;
+    p.input_index = idx;
+    p.name = t.name;
+    p.in_type = t.type;
+    p.out_type = t.type;
+    if (allows_quantization(t.name, t.shape)) {
+      bool fb = false;
+      const std::uint32_t nt = tensor_type(s, base, t.name, t.shape, &fb);
+      if (nt != t.type) {
+        p.quantize = true;
+        p.out_type = nt;
+        p.fallback = fb;
+        if (nt == kQ5_0 || nt == kQ5_1) {
+          fail("quantize: tensor ", t.name, " has rows of ", t.shape[0],
+               " values; llama-quantize falls back to ", gguf::type_info(nt).name,
+               ", which nibble does not implement");
+        }
+      }
+    }
+    plan.push_back(std::move(p));
+  }
+  return plan;
+}
+
+QuantizeSummary quantize_model(const std::string& in_path, const std::string& out_path,
+                               LlamaFtype ftype, const QuantizeOptions& options,
+                               const ProgressCallback& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (options.method == QuantMethod::awq) {
+    fail(
+        "quantize: --method awq is not available in this build (AWQ's per-channel scales "
+        "would have to be folded into the preceding norms, which the GGUF driver does not do)");
+  }
+  if (options.threads < 0) fail("quantize: threads = ", options.threads, " (expected >= 0)");
+  gguf::File calib;
+  if (options.method == QuantMethod::gptq) {
+    if (options.calib_path.empty()) fail("quantize: --method gptq needs a calibration file");
+    calib = gguf::File::open(options.calib_path);
+  }
+  const gguf::File in = gguf::File::open(in_path);
+  const Imatrix* im = options.imatrix;
+  const std::vector<TensorPlan> plan = plan_llama_quant(in, ftype, im != nullptr);
+
+  // Metadata: input order; general.quantization_version and general.file_type re-set (llama's
+  // gguf_set_val_* removes the key and appends it); split keys removed; imatrix keys appended.
+  std::vector<gguf::KeyValue> meta;
+  auto drop = [](const std::string& k) {
+    return k == "general.quantization_version" || k == "general.file_type" || k == "split.no" ||
+           k == "split.count" || k == "split.tensors.count";
+  };
+  std::vector<std::string> appended;
+  if (im) {
+    appended = {"quantize.imatrix.file", "quantize.imatrix.dataset",
+                "quantize.imatrix.entries_count", "quantize.imatrix.chunks_count"};
+  }
+  for (const auto& kv : in.metadata) {
+    if (drop(kv.key)) continue;
+    if (std::find(appended.begin(), appended.end(), kv.key) != appended.end()) continue;
+    gguf::KeyValue c = kv;
+    if (c.value.type == gguf::ValueType::boolean) c.value.bits = c.value.bits != 0;
+    if (c.key == "general.alignment") c.value = gguf::Value::u32(gguf::kDefaultAlignment);
+    meta.push_back(std::move(c));
+  }
+  meta.push_back({"general.quantization_version", gguf::Value::u32(2)});
+  meta.push_back({"general.file_type", gguf::Value::u32(static_cast<std::uint32_t>(ftype))});
+  if (im) {
+    meta.push_back(
+        {"quantize.imatrix.file", gguf::Value::string(options.imatrix_path.substr(0, 127))});
+    if (!im->datasets.empty() && !im->datasets[0].empty()) {
+      meta.push_back(
+          {"quantize.imatrix.dataset", gguf::Value::string(im->datasets[0].substr(0, 127))});
+    }
+    meta.push_back({"quantize.imatrix.entries_count",
+                    gguf::Value::i32(static_cast<std::int32_t>(im->entries.size()))});
+    if (im->chunks > 0) {
+      meta.push_back({"quantize.imatrix.chunks_count", gguf::Value::i32(im->chunks)});
+    }
+  }
+
+  // Output tensor infos (ggml_n_dims strips trailing 1s).
+  std::vector<gguf::TensorInfo> outs;
+  QuantizeSummary sum;
+  sum.in_file_bytes = in.file_size;
+  std::uint64_t in_total = 0;
+  for (const auto& p : plan) {
+    const gguf::TensorInfo& t = in.tensors[p.input_index];
+    gguf::TensorInfo o;
+    o.name = t.name;
+    o.shape.assign(t.shape.begin(),
+                   t.shape.begin() + static_cast<std::ptrdiff_t>(n_dims_of(t.shape)));
+    o.type = p.out_type;
+    o.nbytes = gguf::tensor_nbytes(o.type, o.shape);
+    outs.push_back(std::move(o));
+    in_total += t.nbytes;
+    if (p.quantize) {
+      if (p.in_type != kF32 && p.in_type != kF16 && p.in_type != kBF16) {
+        fail("quantize: tensor ", t.name, " is stored as ", gguf::type_info(p.in_type).name,
+             "; only f32/f16/bf16 tensors can be quantized (no requantization)");
+      }
+      if (t.shape.size() > 3 && t.shape[3] != 1) {
+        fail("quantize: tensor ", t.name, " has 4 dimensions");
+      }
+      if (im) {
+        const std::vector<float>* v = im->find(t.name);
+        const std::int64_t want = t.shape[0] * (t.shape.size() > 2 ? t.shape[2] : 1);
+        if (v && static_cast<std::int64_t>(v->size()) != want && t.name != "token_embd.weight") {
+          fail("quantize: imatrix size ", v->size(), " is different from tensor size ", want,
+               " for ", t.name);
+        }
+      }
+    }
+  }
+  const std::vector<std::uint8_t> header =
+      gguf::serialize_meta(meta, outs, gguf::kDefaultAlignment);
+
+  Context ctx;
+  ctx.threads = options.threads;
+  const std::string tmp = out_path + ".tmp";
+  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
+  if (!fp) fail("quantize: cannot create \"", tmp, "\"");
+  try {
+    auto put = [&](const void* d, std::size_t n) {
+      if (n && std::fwrite(d, 1, n, fp) != n) fail("quantize: writing \"", tmp, "\" failed");
+    };
+    put(header.data(), header.size());
+    std::vector<float> f32;
+    std::vector<std::uint8_t> qbuf;
+    static const std::uint8_t zeros[32] = {};
+    std::uint64_t done = 0;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const TensorPlan& p = plan[i];
+      const gguf::TensorInfo& t = in.tensors[p.input_index];
+      const gguf::TensorInfo& o = outs[i];
+      sum.elements += t.elements();
+      sum.in_tensor_bytes += t.nbytes;
+      sum.out_tensor_bytes += o.nbytes;
+      if (!p.quantize) {
+        put(t.data, t.nbytes);
+        ++sum.copied;
+      } else {
+        const std::int64_t cols = t.shape[0];
+        const std::int64_t rows = t.shape.size() > 1 ? t.shape[1] : 1;
+        const std::int64_t mats = t.shape.size() > 2 ? t.shape[2] : 1;
+        const std::int64_t n = t.elements();
+        const float* src;
+        if (t.type == kF32 && reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0) {
+          src = reinterpret_cast<const float*>(t.data);  // zero-copy view of the mapping
+        } else {
+          f32.resize(static_cast<std::size_t>(n));
+          to_f32(t.type, t.data, n, f32.data());
+          src = f32.data();
+        }
+        qbuf.resize(o.nbytes);
+        const float* imv = nullptr;
+        if (im) {
+          const std::vector<float>* v = im->find(t.name);
+          if (v && static_cast<std::int64_t>(v->size()) == cols * mats) imv = v->data();
+        }
+        const gguf::TensorInfo* hess = nullptr;
+        const gguf::TensorInfo* acts = nullptr;
+        if (options.method == QuantMethod::gptq && mats == 1 &&
+            (p.out_type == kQ4_K || p.out_type == kQ5_K || p.out_type == kQ6_K)) {
+          hess = calib.find_tensor(t.name + ".hessian");
+          acts = hess ? nullptr : calib.find_tensor(t.name + ".inputs");
+        }
+        if (hess || acts) {
+          // GPTQ with K-quant output on the calibration Hessian of this layer.
+          Eigen::MatrixXf H;
+          if (hess) {
+            if (hess->type != kF32 || hess->shape.size() != 2 || hess->shape[0] != cols ||
+                hess->shape[1] != cols) {
+              fail("quantize: calibration tensor ", hess->name, " must be f32 [", cols, ", ", cols,
+                   "]");
+            }
+            H = Eigen::Map<
+                const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                reinterpret_cast<const float*>(hess->data), cols, cols);
+          } else {
+            if (acts->type != kF32 || acts->shape.size() != 2 || acts->shape[0] != cols) {
+              fail("quantize: calibration tensor ", acts->name, " must be f32 [", cols,
+                   ", tokens]");
+            }
+            Hessian h(cols);
+            h.add_batch(reinterpret_cast<const float*>(acts->data), acts->shape[1]);
+            H = h.matrix();
+          }
+          const Eigen::MatrixXf W = Eigen::Map<
+              const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+              src, rows, cols);
+          const std::vector<std::uint8_t> blocks =
+              gptq::quantize_blocks(format_of(p.out_type), W, H, gptq::Config{});
+          if (blocks.size() != qbuf.size())
+            fail("quantize: GPTQ returned ", blocks.size(), " bytes");
+          std::memcpy(qbuf.data(), blocks.data(), blocks.size());
+          ++sum.calibrated;
+        } else if (p.out_type == kF16) {
+          for (std::int64_t k = 0; k < n; ++k) {
+            const fp16_t h = fp32_to_fp16(src[k]);
+            std::memcpy(qbuf.data() + 2 * k, &h, 2);
+          }
+        } else {
+          const Format f = format_of(p.out_type);
+          const std::size_t mat_bytes = static_cast<std::size_t>(rows) * row_bytes(f, cols);
+          for (std::int64_t e = 0; e < mats; ++e) {
+            quantize(ctx, f, src + e * rows * cols, rows, cols, qbuf.data() + e * mat_bytes,
+                     imv ? imv + e * cols : nullptr);
+          }
+        }
+        put(qbuf.data(), qbuf.size());
+        ++sum.quantized;
+        if (p.fallback) ++sum.fallbacks;
+      }
+      put(zeros, (32 - o.nbytes % 32) % 32);
+      done += t.nbytes;
+      if (progress) {
+        QuantizeProgress pr;
+        pr.index = i + 1;
+        pr.count = plan.size();
+        pr.name = p.name;
+        pr.out_type = p.out_type;
+        pr.in_bytes_done = done;
+        pr.in_bytes_total = in_total;
+        pr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        progress(pr);
+      }
+    }
+    sum.out_file_bytes = static_cast<std::uint64_t>(ftello(fp));
+    if (std::fclose(fp) != 0) {
+      fp = nullptr;
+      fail("quantize: closing \"", tmp, "\" failed");
+    }
+    fp = nullptr;
+    if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+      fail("quantize: cannot rename \"", tmp, "\" to \"", out_path, "\"");
+    }
+  } catch (...) {
+    if (fp) std::fclose(fp);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
+
+}  // namespace nibble
