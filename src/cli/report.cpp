@@ -26,6 +26,8 @@ struct ReportOptions {
   std::vector<Format> formats = {Format::f16,  Format::q8_0, Format::q6_K, Format::q5_K,
                                  Format::q4_K, Format::nf4,  Format::fp4};
   std::optional<Isa> isa;
+  bool calib = true;
+  CalibOptions calib_opts;
 };
 
 void report_usage(std::FILE* out) {
@@ -46,6 +48,10 @@ void report_usage(std::FILE* out) {
                "  --threads T     worker threads, 0 = all (default 0)\n"
                "  --isa NAME      force scalar|avx2|avx512|neon (default: best available)\n"
                "  --formats LIST  comma-separated subset of f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4\n"
+               "  --no-calib      skip the calibration table (GPTQ, AWQ, SmoothQuant, imatrix)\n"
+               "  --calib-layer OUTxIN  shape of the calibration layer (default 512x1024;\n"
+               "                  IN a multiple of 256)\n"
+               "  --calib-tokens N  calibration tokens (default 2048)\n"
                "  -h, --help      this text\n");
 }
 
@@ -107,6 +113,18 @@ ReportOptions parse_report_args(int argc, char** argv) {
       Isa isa;
       if (!parse_isa(v, &isa)) detail::fail("--isa = '", v, "': expected scalar|avx2|avx512|neon");
       o.isa = isa;
+    } else if (a == "--no-calib") {
+      o.calib = false;
+    } else if (a == "--calib-layer") {
+      const std::string v = value();
+      const std::size_t x = v.find('x');
+      if (x == std::string::npos) detail::fail("--calib-layer = '", v, "': expected OUTxIN");
+      o.calib_opts.out = parse_int("--calib-layer OUT", v.substr(0, x).c_str(), 1, 1 << 16);
+      o.calib_opts.in = parse_int("--calib-layer IN", v.substr(x + 1).c_str(), 256, 1 << 16);
+      if (o.calib_opts.in % 256)
+        detail::fail("--calib-layer IN = ", o.calib_opts.in, ": expected a multiple of 256");
+    } else if (a == "--calib-tokens") {
+      o.calib_opts.tokens = parse_int("--calib-tokens", value(), 1, 1 << 20);
     } else if (a == "--formats") {
       const std::string list = value();
       o.formats.clear();
@@ -211,6 +229,11 @@ int cmd_report(int argc, char** argv) {
       "\nbpw: bits per weight. rel.rmse: RMSE / RMS(weights). gemv.rel: ||y - y_ref|| / ||y_ref||\n"
       "with y = nibble::gemv on the quantized weights and y_ref = W x in double on the fp32\n"
       "weights. GB/s: fp32 values (4 bytes each) quantized or produced per second, median time.\n");
+  if (o.calib) {
+    CalibOptions c = o.calib_opts;
+    c.seed = o.seed;
+    report_calibration(c);
+  }
   return 0;
 }
 
