@@ -1,15 +1,160 @@
-// nibble: f32 kernels, templated on an ISA tag from arch.hpp (placeholder: nothing registered yet).
-// Included only by the per-ISA TUs in src/isa/, inside an anonymous namespace (see arch.hpp).
+// nibble: kernels of the float-activation formats' shared machinery plus the f32 format.
+//
+// Float-activation GEMM (f32, f16, nf4, fp4): Y[j, r] = sum_k w[r, k] * x[j, k] with fp32
+// activations. A register tile of R weight rows x C activation rows keeps one vector
+// accumulator per output; each step decodes R weight vectors once (f16 -> fp32, or the 4-bit
+// code-book lookup times the block's absmax) and reuses them for C activation rows. GEMV
+// (n = 1) uses tiles of R1 rows, which streams R1 weight rows at once with R1 independent
+// accumulator chains. An output's operations (its vector accumulation over k, the horizontal
+// sum, the scalar tail) do not depend on the tile it is computed in, so results do not depend
+// on the row split between threads.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 #include "nibble/kernels/arch.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/table.hpp"
 
 namespace nibble::kernels {
 namespace {
 
+/// The float vector type of a tag (AVX2: 8 lanes, AVX-512: 16, NEON: 4).
+template <class Tag, Family F = TagInfo<Tag>::family>
+struct FloatVec;
+#if defined(NIBBLE_K_X86)
 template <class Tag>
-void register_f32(KernelTable& /*t*/) {}
+struct FloatVec<Tag, Family::x86> {
+  using type = X86Float<TagInfo<Tag>::wide>;
+};
+#endif
+#if defined(NIBBLE_K_NEON)
+template <class Tag>
+struct FloatVec<Tag, Family::neon> {
+  using type = NeonFloat;
+};
+#endif
+
+/// Register-tile shapes (GEMM R x C, GEMV R1) per tag: sized to the register file.
+template <class Tag>
+struct FloatTileShape {
+  static constexpr int R = TagInfo<Tag>::wide ? 4 : (TagInfo<Tag>::family == Family::neon ? 4 : 2);
+  static constexpr int C = TagInfo<Tag>::wide ? 6 : (TagInfo<Tag>::family == Family::neon ? 4 : 4);
+  static constexpr int R1 = 4;
+};
+
+/// Generic float-activation tile. Src is the weight decoder:
+///   Src::kStep             values per step (a multiple of FV::L)
+///   Src::kVec              vectors per step (kStep / FV::L)
+///   Src::decode(row, k, V out[kVec])  weights k .. k + kStep - 1 of one row as fp32 vectors
+///   Src::bytes(k)          byte offset of weight k in a row (k a multiple of kStep)
+///   Src::value(row, k)     one weight as float (for the scalar tail; formats whose cols are a
+///                          multiple of kStep never use it)
+template <class FV, class Src>
+struct FloatTile {
+  using V = typename FV::V;
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const float* X, std::int64_t xs,
+                  std::int64_t cols, float* Y, std::int64_t ldy) {
+    V acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = FV::zero();
+    const std::int64_t kv = cols / Src::kStep * Src::kStep;
+    for (std::int64_t k = 0; k < kv; k += Src::kStep) {
+      V w[R][Src::kVec];
+      if constexpr (C == 1) {  // GEMV: stream the weight rows ahead of use
+        for (int r = 0; r < R; ++r) __builtin_prefetch(W + r * wrb + Src::bytes(k) + 1024);
+      }
+      for (int r = 0; r < R; ++r) Src::decode(W + r * wrb, k, w[r]);
+      for (int v = 0; v < Src::kVec; ++v) {
+        for (int c = 0; c < C; ++c) {
+          const V x = FV::load(X + c * xs + k + v * FV::L);
+          for (int r = 0; r < R; ++r) acc[r][c] = FV::fma(w[r][v], x, acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) {
+        float s = FV::hsum(acc[r][c]);
+        for (std::int64_t k = kv; k < cols; ++k) s += Src::value(W + r * wrb, k) * X[c * xs + k];
+        Y[c * ldy + r] = s;
+      }
+    }
+  }
+};
+
+/// Row-range GEMM driver over FloatTile for SIMD tags.
+template <class Tag, class Src, class Sh = FloatTileShape<Tag>>
+void float_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+                const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+  using FV = typename FloatVec<Tag>::type;
+  using K = FloatTile<FV, Src>;
+  const auto* w = static_cast<const std::uint8_t*>(W);
+  const auto* x = static_cast<const float*>(A);
+  const std::int64_t xs = static_cast<std::int64_t>(arb / sizeof(float));
+  walk_tiles<Sh::R, Sh::C, Sh::R1>(r0, r1, n, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
+    const std::uint8_t* wr = w + static_cast<std::size_t>(r) * wrb;
+    const float* xc = x + c * xs;
+    float* y = Y + c * ldy + r;
+    if (n == 1) {
+      tile_dispatch<K, Sh::R1, 1>(rr, cc, wr, wrb, xc, xs, cols, y, ldy);
+    } else {
+      tile_dispatch<K, Sh::R, Sh::C>(rr, cc, wr, wrb, xc, xs, cols, y, ldy);
+    }
+  });
+}
+
+/// Scalar float-activation GEMM: one sequential float accumulator per output.
+template <class ScalarSrc>
+void float_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                       std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                       std::int64_t ldy) {
+  const auto* w = static_cast<const std::uint8_t*>(W);
+  const auto* x = static_cast<const float*>(A);
+  const std::int64_t xs = static_cast<std::int64_t>(arb / sizeof(float));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w + static_cast<std::size_t>(r) * wrb;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* xj = x + j * xs;
+      float s = 0.0f;
+      for (std::int64_t k = 0; k < cols; ++k) s += ScalarSrc::value(row, k) * xj[k];
+      Y[j * ldy + r] = s;
+    }
+  }
+}
+
+// ---- f32 ----
+struct F32Value {
+  static float value(const std::uint8_t* row, std::int64_t k) { return ld_f32(row + 4 * k); }
+};
+
+template <class FV>
+struct F32Src : F32Value {
+  static constexpr int kStep = FV::L;
+  static constexpr int kVec = 1;
+  static std::size_t bytes(std::int64_t k) { return static_cast<std::size_t>(k) * 4; }
+  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[1]) {
+    out[0] = FV::load(reinterpret_cast<const float*>(row) + k);
+  }
+};
+
+inline void f32_dequant(const void* src, std::int64_t n, float* dst) {
+  std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+template <class Tag>
+void register_f32(KernelTable& t) {
+  FormatKernels& k = entry(t, Format::f32);
+  k.dequant = &f32_dequant;
+  if constexpr (TagInfo<Tag>::family == Family::scalar) {
+    k.gemm = &float_gemm_scalar<F32Value>;
+  } else {
+    k.gemm = &float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>;
+  }
+}
 
 }  // namespace
 }  // namespace nibble::kernels

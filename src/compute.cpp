@@ -1,0 +1,268 @@
+// nibble: the Context-taking public API (quantize, dequantize, gemv, gemm, ISA queries) and the
+// table-level driver that splits the work over the caller's threads.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "checks.hpp"
+#include "dispatch.hpp"
+#include "nibble/core/error.hpp"
+#include "nibble/nibble.hpp"
+
+#if defined(NIBBLE_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+namespace nibble {
+namespace detail {
+namespace {
+
+constexpr std::int64_t kRowQuantum = 16;  // row chunks are multiples of this
+
+int hardware_threads() {
+#if defined(NIBBLE_HAVE_OPENMP)
+  return std::max(1, omp_get_max_threads());
+#else
+  const unsigned h = std::thread::hardware_concurrency();
+  return h == 0 ? 1 : static_cast<int>(h);
+#endif
+}
+
+int wanted_threads(const Context& ctx) {
+  return ctx.threads > 0 ? ctx.threads : hardware_threads();
+}
+
+// Splits [0, rows) into at most `parts` contiguous chunks whose sizes are multiples of
+// kRowQuantum (except the last). Returns the chunk length.
+std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts) {
+  if (parts < 1) parts = 1;
+  std::int64_t c = (rows + parts - 1) / parts;
+  c = (c + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  return std::max<std::int64_t>(c, kRowQuantum);
+}
+
+// Tasks for `rows` rows of `work_per_row` multiply-adds: one per thread, none for tiny work.
+std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_row) {
+  if (rows <= 0) return 0;
+  const double work = work_per_row * static_cast<double>(rows);
+  std::int64_t t = wanted_threads(ctx);
+  if (work < 1 << 16) t = 1;
+  return t;
+}
+
+std::size_t row_size(Format f, std::int64_t cols) {
+  return static_cast<std::size_t>(cols / traits(f).block_elems) * traits(f).block_bytes;
+}
+
+// ---- gemm driver ----
+struct GemmJob {
+  kernels::FormatKernels k;
+  const void* W;
+  std::size_t w_row_bytes;
+  std::int64_t rows, cols, n;
+  const void* A;
+  std::size_t a_row_bytes;
+  float* Y;
+  std::int64_t chunk;
+};
+
+void gemm_task(void* arg, std::int64_t i) {
+  const GemmJob& j = *static_cast<const GemmJob*>(arg);
+  const std::int64_t r0 = i * j.chunk;
+  const std::int64_t r1 = std::min(j.rows, r0 + j.chunk);
+  if (r0 >= r1) return;
+  j.k.gemm(j.W, j.w_row_bytes, r0, r1, j.cols, j.A, j.a_row_bytes, j.n, j.Y, j.rows);
+}
+
+// ---- row-wise quantize / dequantize ----
+struct RowJob {
+  const kernels::FormatKernels* k;
+  Format f;
+  const float* src;
+  const void* qsrc;
+  void* dst;
+  float* fdst;
+  const float* importance;
+  std::int64_t rows, cols, chunk;
+  std::size_t rb;
+};
+
+void quantize_row_range(const RowJob& j, std::int64_t r0, std::int64_t r1) {
+  auto* out = static_cast<std::uint8_t*>(j.dst);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* x = j.src + r * j.cols;
+    std::uint8_t* o = out + static_cast<std::size_t>(r) * j.rb;
+    if (j.f == Format::f32) {
+      std::memcpy(o, x, static_cast<std::size_t>(j.cols) * 4);
+    } else if (j.f == Format::f16) {
+      for (std::int64_t c = 0; c < j.cols; ++c) {
+        const fp16_t h = fp32_to_fp16(x[c]);
+        std::memcpy(o + 2 * c, &h, 2);
+      }
+    } else if (j.k->quantize) {
+      j.k->quantize(x, j.cols, o, j.importance);
+    } else {
+      nibble::quantize(j.f, x, 1, j.cols, o, j.importance);  // the scalar reference codec
+    }
+  }
+}
+
+void quantize_task(void* arg, std::int64_t i) {
+  const RowJob& j = *static_cast<const RowJob*>(arg);
+  quantize_row_range(j, i * j.chunk, std::min(j.rows, (i + 1) * j.chunk));
+}
+
+void dequantize_task(void* arg, std::int64_t i) {
+  const RowJob& j = *static_cast<const RowJob*>(arg);
+  const std::int64_t r0 = i * j.chunk, r1 = std::min(j.rows, (i + 1) * j.chunk);
+  if (r0 >= r1) return;
+  const void* in = static_cast<const std::uint8_t*>(j.qsrc) + static_cast<std::size_t>(r0) * j.rb;
+  if (j.k->dequant) {
+    j.k->dequant(in, (r1 - r0) * j.cols, j.fdst + r0 * j.cols);
+  } else {
+    nibble::dequantize(j.f, in, r1 - r0, j.cols, j.fdst + r0 * j.cols);  // reference codec
+  }
+}
+
+// Entry of `f` in `t`, each null member replaced by the scalar table's.
+kernels::FormatKernels merged(const kernels::KernelTable& t, Format f) {
+  kernels::FormatKernels k = t.fmt[static_cast<int>(f)];
+  const kernels::FormatKernels& s = scalar_table().fmt[static_cast<int>(f)];
+  if (!k.dequant) k.dequant = s.dequant;
+  if (!k.quantize) k.quantize = s.quantize;
+  if (!k.gemm) k.gemm = s.gemm;
+  return k;
+}
+
+}  // namespace
+
+void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
+                  void* arg) {
+  if (count <= 0) return;
+  if (count == 1) {
+    body(arg, 0);
+    return;
+  }
+  if (ctx.parallel_for != nullptr) {
+    ctx.parallel_for(ctx.pool, count, body, arg);
+    return;
+  }
+#if defined(NIBBLE_HAVE_OPENMP)
+  const int nt = static_cast<int>(std::min<std::int64_t>(count, wanted_threads(ctx)));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) body(arg, i);
+#else
+  for (std::int64_t i = 0; i < count; ++i) body(arg, i);
+#endif
+}
+
+void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
+              std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y) {
+  if (rows == 0 || n == 0) return;
+  const kernels::FormatKernels k = merged(t, f);
+  if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
+  // Activations: quantized once, shared by every task.
+  const Format af = traits(f).activation;
+  std::vector<std::uint8_t> abuf;
+  const void* A = X;
+  std::size_t arb = static_cast<std::size_t>(cols) * 4;
+  if (af != Format::f32) {
+    auto q = af == Format::q8_K ? t.quantize_act_q8_K : t.quantize_act_q8_0;
+    if (!q)
+      q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
+    if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
+    arb = row_size(af, cols);
+    abuf.resize(arb * static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, abuf.data() + j * arb);
+    A = abuf.data();
+  }
+  GemmJob job{k, W, row_size(f, cols), rows, cols, n, A, arb, Y, 0};
+  const std::int64_t tasks = task_count(ctx, rows, static_cast<double>(cols) * n);
+  job.chunk = chunk_rows(rows, tasks);
+  parallel_run(ctx, (rows + job.chunk - 1) / job.chunk, gemm_task, &job);
+}
+
+}  // namespace detail
+
+// ---- public API ----
+
+Isa best_isa(const Context& ctx) {
+  return detail::resolve_isa(ctx);
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (const detail::TableVariant& v : detail::runnable_tables()) {
+    if (std::find(out.begin(), out.end(), v.isa) == out.end()) out.push_back(v.isa);
+  }
+  return out;
+}
+
+void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows, std::int64_t cols,
+              void* dst, const float* importance) {
+  checks::check_quantize_args(f, src, rows, cols, dst, importance, "quantize");
+  if (rows == 0 || cols == 0) return;
+  const kernels::KernelTable& t = detail::select_table(ctx);
+  // Only the K-quants have importance-weighted quantizers; the others ignore the weights.
+  const bool weighted = f == Format::q4_K || f == Format::q5_K || f == Format::q6_K;
+  kernels::FormatKernels k = detail::merged(t, f);
+  detail::RowJob job{&k,
+                     f,
+                     src,
+                     nullptr,
+                     dst,
+                     nullptr,
+                     weighted ? importance : nullptr,
+                     rows,
+                     cols,
+                     0,
+                     detail::row_size(f, cols)};
+  const std::int64_t tasks = detail::task_count(ctx, rows, static_cast<double>(cols) * 64);
+  job.chunk = detail::chunk_rows(rows, tasks);
+  detail::parallel_run(ctx, (rows + job.chunk - 1) / job.chunk, detail::quantize_task, &job);
+}
+
+void dequantize(const Context& ctx, Format f, const void* src, std::int64_t rows, std::int64_t cols,
+                float* dst) {
+  checks::check_dequantize_args(f, src, rows, cols, dst, "dequantize");
+  if (rows == 0 || cols == 0) return;
+  const kernels::KernelTable& t = detail::select_table(ctx);
+  kernels::FormatKernels k = detail::merged(t, f);
+  detail::RowJob job{
+      &k, f, nullptr, src, nullptr, dst, nullptr, rows, cols, 0, detail::row_size(f, cols)};
+  const std::int64_t tasks = detail::task_count(ctx, rows, static_cast<double>(cols));
+  job.chunk = detail::chunk_rows(rows, tasks);
+  detail::parallel_run(ctx, (rows + job.chunk - 1) / job.chunk, detail::dequantize_task, &job);
+}
+
+void gemm(const Context& ctx, Format w, const void* W, std::int64_t rows, std::int64_t cols,
+          const float* X, std::int64_t n, float* Y) {
+  const char* fn = "gemm";
+  checks::check_dims(w, rows, cols, fn);
+  if (n < 0) detail::fail(fn, ": n = ", n, " must be >= 0");
+  if (w == Format::q8_K)
+    detail::fail(fn, ": format q8_K is an activation format, not a weight format");
+  const bool any = rows > 0 && n > 0;
+  checks::mul_count(n, cols, "n * cols", fn);
+  checks::mul_count(n, rows, "n * rows", fn);
+  checks::check_ptr(W, "W", any && cols > 0, fn);
+  checks::check_ptr(X, "X", any && cols > 0, fn);
+  checks::check_ptr(Y, "Y", any, fn);
+  if (!any) return;
+  checks::check_finite(X, n, cols, "X", fn);
+  const kernels::KernelTable& t = detail::select_table(ctx);
+  if (cols == 0) {
+    std::fill(Y, Y + rows * n, 0.0f);
+    return;
+  }
+  detail::run_gemm(t, ctx, w, W, rows, cols, X, n, Y);
+}
+
+void gemv(const Context& ctx, Format w, const void* W, std::int64_t rows, std::int64_t cols,
+          const float* x, float* y) {
+  gemm(ctx, w, W, rows, cols, x, 1, y);
+}
+
+}  // namespace nibble

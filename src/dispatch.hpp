@@ -1,0 +1,57 @@
+// nibble (internal): run-time choice of the kernel table, and the table-level compute driver the
+// public API and the tests share.
+//
+// Resolution rules (each resolved once per process, immutable afterwards):
+//  - runnable = built into this binary AND supported by this CPU/OS (cpu_features()).
+//  - Context::isa set: that ISA (Error if not runnable); it takes precedence over NIBBLE_ISA.
+//  - otherwise NIBBLE_ISA (scalar|avx2|avx512|neon, read once) caps the choice: the best runnable
+//    ISA not above it (scalar < avx2 < avx512, scalar < neon); an unknown value is an Error.
+//  - otherwise the best runnable ISA.
+//  - Isa::avx512 maps to the VNNI table when the CPU has VNNI, Isa::neon to the dotprod table
+//    when the CPU has dotprod.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nibble/kernels/table.hpp"
+#include "nibble/nibble.hpp"
+
+namespace nibble::detail {
+
+/// One kernel table compiled into this binary.
+struct TableVariant {
+  const char* name;  ///< "scalar", "avx2", "avx512", "avx512vnni", "neon", "neondot"
+  Isa isa;           ///< the Isa it implements
+  const kernels::KernelTable* table;  ///< never null
+};
+
+/// Every table variant built into this binary that this CPU can run, scalar first (for tests:
+/// includes avx512 without VNNI and neon without dotprod even when the better one exists).
+const std::vector<TableVariant>& runnable_tables();
+
+/// Names of every table variant built into this binary (runnable here or not).
+std::vector<const char*> built_table_names();
+
+/// The portable table (always present; the fallback for entries a SIMD table lacks).
+const kernels::KernelTable& scalar_table();
+
+/// The ISA the rules above pick for `ctx` (throws Error if ctx.isa is not runnable or NIBBLE_ISA
+/// holds an unknown name).
+Isa resolve_isa(const Context& ctx);
+
+/// The table the rules above pick for `ctx`.
+const kernels::KernelTable& select_table(const Context& ctx);
+
+/// Y (n x rows) = X (n x cols fp32) times W^T, W rows x cols in format `f`, on table `t` (entries
+/// it lacks come from the scalar table), activations quantized once, rows split over ctx's
+/// threads. Unchecked: the caller validated the arguments.
+void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
+              std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y);
+
+/// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
+/// threads (0 = all), else serially.
+void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
+                  void* arg);
+
+}  // namespace nibble::detail

@@ -1,0 +1,376 @@
+// Kernels of the simple formats (f32, f16, q8_0, nf4, fp4) and the activation quantizers, on
+// every runnable ISA table variant (the KernelTest fixture of kernel_test_util.hpp).
+//
+// What is checked, and against what (never against the code under test):
+//  - activation quantizers (Q8_0 CPU variant, Q8_K): byte-identical to nibble::ref::* and to the
+//    ggml golden activation blocks in tests/data;
+//  - dequantizers: bit-identical to the scalar reference codecs of nibble/formats;
+//  - GEMM/GEMV: against Eigen in double on the dequantized weights and (dequantized)
+//    activations, |y - ref| <= rtol * sum_k |w_k x_k| with rtol = 1e-5 (float accumulation of
+//    up to 4096 products); q8_0 additionally bit-identical to the scalar table (GEMV on every
+//    ISA, GEMM except the AVX-512 two-blocks-per-register tiles) and to ggml's golden vec_dot
+//    results, and exact (== Eigen in double) when every float step is exact (power-of-two
+//    scales, small integer sums), which checks the integer dot products of every path;
+//  - row sub-ranges give the same bits as the full range (tiling does not change results).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+
+namespace {
+
+using nibble::Format;
+using nibble::test::KernelTest;
+namespace nt = nibble::test;
+
+constexpr double kRtol = 1e-5;
+
+std::vector<std::uint8_t> read_file(const std::string& name) {
+  const std::string path = std::string(NIBBLE_TEST_DATA_DIR) + "/" + name;
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << "cannot open " << path;
+  return std::vector<std::uint8_t>((std::istreambuf_iterator<char>(f)),
+                                   std::istreambuf_iterator<char>());
+}
+
+std::vector<float> read_f32(const std::string& name) {
+  const std::vector<std::uint8_t> b = read_file(name);
+  std::vector<float> v(b.size() / 4);
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+// Activation rows that exercise the quantizers' edge cases (all multiples of 256 long).
+std::vector<std::vector<float>> activation_cases() {
+  std::vector<std::vector<float>> cases;
+  cases.push_back(nt::random_normal(4096, 11));
+  cases.push_back(nt::random_normal(512, 12, 1e-20f));  // tiny: fp16(d) underflows
+  cases.push_back(nt::random_normal(512, 13, 1e30f));   // huge: fp16(d) overflows to inf
+  cases.push_back(std::vector<float>(512, 0.0f));       // zeros
+  cases.push_back(std::vector<float>(512, -0.75f));     // constant
+  {
+    // Exact .5 ties after scaling: amax = 127 gives id = 1 (Q8_0).
+    std::vector<float> t(512);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 64) - 31.5f;
+    for (std::size_t i = 0; i < t.size(); i += 32) t[i] = 127.0f;
+    cases.push_back(t);
+  }
+  {
+    // Largest magnitude present with both signs (Q8_K keeps the first one).
+    std::vector<float> t = nt::random_uniform(512, 14, -1.0f, 1.0f);
+    t[3] = -2.0f;
+    t[100] = 2.0f;
+    t[300] = 2.0f;
+    t[301] = -2.0f;
+    cases.push_back(t);
+  }
+  {
+    // Mixed magnitudes per block and a zero block in the middle.
+    std::vector<float> t = nt::random_normal(1024, 15);
+    for (int i = 256; i < 512; ++i) t[i] = 0.0f;
+    for (int i = 0; i < 32; ++i) t[i] *= 1e4f;
+    cases.push_back(t);
+  }
+  return cases;
+}
+
+class BasicKernels : public KernelTest {};
+
+TEST_P(BasicKernels, ActivationQ8_0MatchesReference) {
+  auto q = table().quantize_act_q8_0;
+  ASSERT_NE(q, nullptr);
+  for (const std::vector<float>& x : activation_cases()) {
+    const std::int64_t n = static_cast<std::int64_t>(x.size());
+    std::vector<std::uint8_t> got(static_cast<std::size_t>(n / 32 * 34), 0xAA);
+    std::vector<std::uint8_t> want(got.size(), 0x55);
+    q(x.data(), n, got.data());
+    nibble::ref::quantize_q8_0_act(x.data(), reinterpret_cast<nibble::BlockQ8_0*>(want.data()), n);
+    nt::expect_bytes_equal(got, want, variant_name() + " q8_0 act, n = " + std::to_string(n));
+  }
+}
+
+TEST_P(BasicKernels, ActivationQ8_KMatchesReference) {
+  auto q = table().quantize_act_q8_K;
+  ASSERT_NE(q, nullptr);
+  for (const std::vector<float>& x : activation_cases()) {
+    const std::int64_t n = static_cast<std::int64_t>(x.size());
+    std::vector<std::uint8_t> got(static_cast<std::size_t>(n / 256 * 292), 0xAA);
+    std::vector<std::uint8_t> want(got.size(), 0x55);
+    q(x.data(), n, got.data());
+    nibble::ref::quantize_q8_K(x.data(), reinterpret_cast<nibble::BlockQ8_K*>(want.data()), n);
+    nt::expect_bytes_equal(got, want, variant_name() + " q8_K act, n = " + std::to_string(n));
+  }
+}
+
+TEST_P(BasicKernels, ActivationQuantizersMatchGgmlGolden) {
+  for (const char* name :
+       {"gauss_s1", "gauss_s0.02", "uniform_pm1", "zeros", "const_0.75", "student_t3"}) {
+    const std::string base = name;
+    const std::vector<float> act = read_f32(base + ".act.f32");
+    ASSERT_EQ(act.size(), 4096u) << base;
+    std::vector<std::uint8_t> got0(128 * 34), gotk(16 * 292);
+    table().quantize_act_q8_0(act.data(), 4096, got0.data());
+    table().quantize_act_q8_K(act.data(), 4096, gotk.data());
+    nt::expect_bytes_equal(got0, read_file(base + ".q8_0_q8_0.act.blocks"), base + " q8_0 act");
+    nt::expect_bytes_equal(gotk, read_file(base + ".q4_K_q8_K.act.blocks"), base + " q8_K act");
+    // Q8_K storage blocks of the input row come from the same (reference) quantizer.
+    const std::vector<float> in = read_f32(base + ".input.f32");
+    table().quantize_act_q8_K(in.data(), 4096, gotk.data());
+    nt::expect_bytes_equal(gotk, read_file(base + ".q8_K.blocks"), base + " q8_K input");
+  }
+}
+
+// Reference dequantization of rows x cols weights (nibble/formats codecs).
+std::vector<float> reference_dequant(Format f, const std::vector<std::uint8_t>& q,
+                                     std::int64_t rows, std::int64_t cols) {
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  const std::int64_t n = rows * cols;
+  switch (f) {
+    case Format::f32:
+      std::memcpy(out.data(), q.data(), out.size() * 4);
+      break;
+    case Format::f16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        nibble::fp16_t h;
+        std::memcpy(&h, q.data() + 2 * i, 2);
+        out[static_cast<std::size_t>(i)] = nibble::fp16_to_fp32(h);
+      }
+      break;
+    case Format::q8_0:
+      nibble::ref::dequantize_q8_0(reinterpret_cast<const nibble::BlockQ8_0*>(q.data()), out.data(),
+                                   n);
+      break;
+    case Format::nf4:
+    case Format::fp4:
+      nibble::ref::dequantize_nf4(reinterpret_cast<const nibble::BlockNF4*>(q.data()), out.data(),
+                                  n, f == Format::fp4);
+      break;
+    default:
+      ADD_FAILURE() << "unexpected format";
+  }
+  return out;
+}
+
+// Weights of a format, quantized by the reference codecs (independent of the tables).
+std::vector<std::uint8_t> reference_quantize(Format f, const std::vector<float>& w,
+                                             std::int64_t rows, std::int64_t cols) {
+  std::vector<std::uint8_t> q(nt::row_size(f, cols) * static_cast<std::size_t>(rows));
+  const std::int64_t n = rows * cols;
+  switch (f) {
+    case Format::f32:
+      std::memcpy(q.data(), w.data(), q.size());
+      break;
+    case Format::f16:
+      for (std::int64_t i = 0; i < n; ++i) {
+        const nibble::fp16_t h = nibble::fp32_to_fp16(w[static_cast<std::size_t>(i)]);
+        std::memcpy(q.data() + 2 * i, &h, 2);
+      }
+      break;
+    case Format::q8_0:
+      nibble::ref::quantize_q8_0(w.data(), reinterpret_cast<nibble::BlockQ8_0*>(q.data()), n);
+      break;
+    case Format::nf4:
+    case Format::fp4:
+      nibble::ref::quantize_nf4(w.data(), reinterpret_cast<nibble::BlockNF4*>(q.data()), n,
+                                f == Format::fp4);
+      break;
+    default:
+      ADD_FAILURE() << "unexpected format";
+  }
+  return q;
+}
+
+const Format kFormats[] = {Format::f32, Format::f16, Format::q8_0, Format::nf4, Format::fp4};
+
+TEST_P(BasicKernels, DequantMatchesReference) {
+  for (Format f : kFormats) {
+    const auto& k = nt::fmt_kernels(table(), f);
+    ASSERT_NE(k.dequant, nullptr) << nibble::traits(f).name;
+    for (std::int64_t cols : {std::int64_t{64}, std::int64_t{4096}}) {
+      const std::int64_t rows = 3;
+      std::vector<float> w = nt::random_normal(static_cast<std::size_t>(rows * cols), 21, 0.05f);
+      w[5] = 0.0f;
+      w[6] = -0.0f;
+      const std::vector<std::uint8_t> q = reference_quantize(f, w, rows, cols);
+      std::vector<float> got(w.size(), std::nanf(""));
+      k.dequant(q.data(), rows * cols, got.data());
+      nt::expect_bitwise_equal(got, reference_dequant(f, q, rows, cols),
+                               variant_name() + " dequant " + nibble::traits(f).name);
+    }
+  }
+  // f16 specials: subnormals, infinities, largest finite.
+  const std::uint16_t specials[16] = {0x0001, 0x03FF, 0x0400, 0x7BFF, 0x7C00, 0xFC00,
+                                      0x8001, 0x8000, 0x0000, 0x3C00, 0xBC00, 0x3555,
+                                      0x0200, 0x83FF, 0xFBFF, 0x1234};
+  std::vector<std::uint8_t> raw(32);
+  std::memcpy(raw.data(), specials, 32);
+  std::vector<float> got(16);
+  nt::fmt_kernels(table(), Format::f16).dequant(raw.data(), 16, got.data());
+  for (int i = 0; i < 16; ++i) {
+    const float want = nibble::fp16_to_fp32(specials[i]);
+    EXPECT_EQ(std::memcmp(&got[i], &want, 4), 0) << "f16 0x" << std::hex << specials[i];
+  }
+}
+
+struct Shape {
+  std::int64_t rows, cols, n;
+};
+
+std::vector<Shape> shapes_for(Format f) {
+  const std::int64_t blk = nibble::traits(f).block_elems == 1 ? 64 : nibble::traits(f).block_elems;
+  std::vector<Shape> s = {{1, blk, 1},       {3, blk, 2},    {17, 4 * blk, 3}, {33, 8 * blk, 7},
+                          {16, 2 * blk, 64}, {256, 4096, 1}, {40, 1024, 9},    {5, 3 * blk, 3}};
+  if (f == Format::f32 || f == Format::f16) {
+    s.push_back({5, 67, 3});  // cols not a multiple of any vector width
+    s.push_back({7, 1, 2});
+  }
+  return s;
+}
+
+TEST_P(BasicKernels, GemmMatchesEigenAndScalar) {
+  for (Format f : kFormats) {
+    ASSERT_NE(nt::fmt_kernels(table(), f).gemm, nullptr) << nibble::traits(f).name;
+    for (const Shape& s : shapes_for(f)) {
+      const std::string what = variant_name() + " " + nibble::traits(f).name + " " +
+                               std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                               " n=" + std::to_string(s.n);
+      const std::vector<float> w =
+          nt::random_normal(static_cast<std::size_t>(s.rows * s.cols),
+                            static_cast<std::uint32_t>(s.rows + 7 * s.n), 0.05f);
+      const std::vector<float> x = nt::random_normal(static_cast<std::size_t>(s.n * s.cols),
+                                                     static_cast<std::uint32_t>(s.cols + s.n));
+      const std::vector<std::uint8_t> q = reference_quantize(f, w, s.rows, s.cols);
+      const std::vector<float> wd = reference_dequant(f, q, s.rows, s.cols);
+      // The activations the kernel sees: fp32, or Q8_0 blocks from the reference quantizer.
+      std::size_t arb = 0;
+      std::vector<std::uint8_t> a;
+      std::vector<float> xd = x;
+      if (f == Format::q8_0) {
+        arb = nt::row_size(Format::q8_0, s.cols);
+        a.resize(arb * static_cast<std::size_t>(s.n));
+        for (std::int64_t j = 0; j < s.n; ++j) {
+          nibble::ref::quantize_q8_0_act(x.data() + j * s.cols,
+                                         reinterpret_cast<nibble::BlockQ8_0*>(a.data() + j * arb),
+                                         s.cols);
+          nibble::ref::dequantize_q8_0(
+              reinterpret_cast<const nibble::BlockQ8_0*>(a.data() + j * arb),
+              xd.data() + j * s.cols, s.cols);
+        }
+      } else {
+        arb = static_cast<std::size_t>(s.cols) * 4;
+        a.resize(arb * static_cast<std::size_t>(s.n));
+        std::memcpy(a.data(), x.data(), a.size());
+      }
+      const std::vector<float> got =
+          nt::gemm_raw(table(), f, q.data(), s.rows, s.cols, a.data(), arb, s.n, 0, s.rows);
+      const nt::RefProduct ref = nt::eigen_reference(wd.data(), s.rows, s.cols, xd.data(), s.n);
+      nt::expect_close(got, ref, kRtol, 0.0, what + " vs Eigen");
+      const std::vector<float> sca = nt::gemm_raw(nt::scalar_table(), f, q.data(), s.rows, s.cols,
+                                                  a.data(), arb, s.n, 0, s.rows);
+      if (f == Format::q8_0 && (s.n == 1 || variant_name().rfind("avx512", 0) != 0)) {
+        // Same operation order as the scalar table (AVX-512 GEMM tiles pair blocks up).
+        nt::expect_bitwise_equal(got, sca, what + " vs scalar (bit-identical)");
+      } else {
+        nt::RefProduct vs = ref;
+        for (std::size_t i = 0; i < vs.y.size(); ++i) vs.y[i] = sca[i];
+        nt::expect_close(got, vs, 2 * kRtol, 0.0, what + " vs scalar");
+      }
+      // A sub-range of rows gives the same bits as the full range.
+      if (s.rows >= 3) {
+        const std::int64_t r0 = 1, r1 = s.rows - 1;
+        const std::vector<float> part =
+            nt::gemm_raw(table(), f, q.data(), s.rows, s.cols, a.data(), arb, s.n, r0, r1);
+        for (std::int64_t j = 0; j < s.n; ++j) {
+          for (std::int64_t r = 0; r < s.rows; ++r) {
+            const float p = part[static_cast<std::size_t>(j * s.rows + r)];
+            const float g = got[static_cast<std::size_t>(j * s.rows + r)];
+            if (r >= r0 && r < r1) {
+              ASSERT_EQ(std::memcmp(&p, &g, 4), 0) << what << " row range, r " << r << " j " << j;
+            } else {
+              ASSERT_TRUE(std::isnan(p)) << what << " wrote outside its row range, r " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BasicKernels, Q8_0DotMatchesGgmlGolden) {
+  for (const char* name :
+       {"gauss_s1", "gauss_s0.02", "uniform_pm1", "zeros", "const_0.75", "student_t3"}) {
+    const std::string base = name;
+    const std::vector<std::uint8_t> w = read_file(base + ".q8_0.blocks");
+    const std::vector<std::uint8_t> a = read_file(base + ".q8_0_q8_0.act.blocks");
+    const std::vector<float> want = read_f32(base + ".q8_0_q8_0.dot.f32");
+    ASSERT_EQ(w.size(), 128u * 34u);
+    ASSERT_EQ(want.size(), 1u);
+    const std::vector<float> got =
+        nt::gemm_raw(table(), Format::q8_0, w.data(), 1, 4096, a.data(), a.size(), 1, 0, 1);
+    EXPECT_EQ(std::memcmp(&got[0], &want[0], 4), 0)
+        << base << ": " << got[0] << " vs ggml " << want[0];
+  }
+}
+
+TEST_P(BasicKernels, Q8_0ExactWhenFloatStepsAreExact) {
+  // Weight scale 2^-6, activation scale 2^-7, |q| <= 127, 512 columns: every product and
+  // partial sum is an exact float, so every ISA must return exactly the double result.
+  const std::int64_t rows = 19, cols = 512, n = 5;
+  std::mt19937 g(99);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  std::vector<std::uint8_t> W(nt::row_size(Format::q8_0, cols) * rows);
+  std::vector<float> wd(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t b = 0; b < rows * cols / 32; ++b) {
+    nibble::BlockQ8_0 blk;
+    blk.d = nibble::fp32_to_fp16(1.0f / 64);
+    for (int j = 0; j < 32; ++j) {
+      blk.qs[j] = static_cast<std::int8_t>(qd(g));
+      wd[static_cast<std::size_t>(b * 32 + j)] = blk.qs[j] / 64.0f;
+    }
+    std::memcpy(W.data() + b * 34, &blk, 34);
+  }
+  // Activations x = q / 128 with one |q| = 127 per block: quantized exactly (d = 2^-7).
+  std::vector<float> x(static_cast<std::size_t>(n * cols));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 32 == 0 ? 127 : qd(g)) / 128.0f;
+  std::size_t arb = 0;
+  const std::vector<std::uint8_t> A =
+      nt::quantize_act(table(), Format::q8_0, x.data(), n, cols, &arb);
+  const std::vector<float> got =
+      nt::gemm_raw(table(), Format::q8_0, W.data(), rows, cols, A.data(), arb, n, 0, rows);
+  const nt::RefProduct ref = nt::eigen_reference(wd.data(), rows, cols, x.data(), n);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(static_cast<double>(got[i]), ref.y[i]) << variant_name() << " element " << i;
+  }
+}
+
+TEST_P(BasicKernels, Nf4EdgeBlocks) {
+  // Zero absmax, all codes, negative absmax (not produced by the quantizer but well defined).
+  for (Format f : {Format::nf4, Format::fp4}) {
+    const std::int64_t rows = 3, cols = 128, n = 2;
+    std::vector<std::uint8_t> W(nt::row_size(f, cols) * rows);
+    for (std::int64_t b = 0; b < rows * cols / 64; ++b) {
+      const float amax = b == 0 ? 0.0f : (b == 3 ? -1.5f : 0.25f * static_cast<float>(b));
+      std::memcpy(W.data() + b * 36, &amax, 4);
+      for (int i = 0; i < 32; ++i)
+        W[static_cast<std::size_t>(b * 36 + 4 + i)] = static_cast<std::uint8_t>(i * 8 + b);
+    }
+    const std::vector<float> wd = reference_dequant(f, W, rows, cols);
+    const std::vector<float> x = nt::random_normal(static_cast<std::size_t>(n * cols), 5);
+    const std::vector<float> got = nt::gemm_raw(table(), f, W.data(), rows, cols, x.data(),
+                                                static_cast<std::size_t>(cols) * 4, n, 0, rows);
+    nt::expect_close(got, nt::eigen_reference(wd.data(), rows, cols, x.data(), n), kRtol, 0.0,
+                     variant_name() + " " + nibble::traits(f).name + " edge blocks");
+    std::vector<float> dq(wd.size());
+    nt::fmt_kernels(table(), f).dequant(W.data(), rows * cols, dq.data());
+    nt::expect_bitwise_equal(dq, wd, variant_name() + " edge dequant");
+  }
+}
+
+NIBBLE_INSTANTIATE_KERNEL_TEST(BasicKernels);
+
+}  // namespace
