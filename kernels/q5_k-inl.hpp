@@ -1,15 +1,20 @@
-// nibble: q5_k kernels, templated on an ISA tag from arch.hpp (placeholder: nothing registered yet).
+// nibble: Q5_K kernels (dequant, gemm against Q8_K activations), templated on an ISA tag from
+// arch.hpp. The bodies live in detail/kquant-inl.hpp (shared with Q4_K).
 // Included only by the per-ISA TUs in src/isa/, inside an anonymous namespace (see arch.hpp).
 #pragma once
 
 #include "nibble/kernels/arch.hpp"
+#include "nibble/kernels/detail/kquant-inl.hpp"
 #include "nibble/kernels/table.hpp"
 
 namespace nibble::kernels {
 namespace {
 
+/// Fills t.fmt[q5_K]: dequant (bit-identical on every ISA) and gemm.
 template <class Tag>
-void register_q5_k(KernelTable& /*t*/) {}
+void register_q5_k(KernelTable& t) {
+  kq::register_q45<Tag, true>(t.fmt[static_cast<int>(Format::q5_K)]);
+}
 
 }  // namespace
 }  // namespace nibble::kernels

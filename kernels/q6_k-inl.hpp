@@ -1,15 +1,206 @@
-// nibble: q6_k kernels, templated on an ISA tag from arch.hpp (placeholder: nothing registered yet).
+// nibble: Q6_K kernels (dequant, gemm against Q8_K activations), templated on an ISA tag from
+// arch.hpp. Shared pieces (scalar reference dot, tile engine) are in detail/kquant-inl.hpp.
 // Included only by the per-ISA TUs in src/isa/, inside an anonymous namespace (see arch.hpp).
 #pragma once
 
 #include "nibble/kernels/arch.hpp"
+#include "nibble/kernels/detail/kquant-inl.hpp"
 #include "nibble/kernels/table.hpp"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*().
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace nibble::kernels {
 namespace {
+namespace kq {
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+
+/// Q6_K policy of the tile engine. X_c (c = 0..3) = levels of values 64c .. 64c+63 in order;
+/// the 4 level vectors are the in-lane 4x4 dword transpose of X_0..X_3, so int32 lane
+/// L = 4i + c (i = L / 4) holds sub-block 4c + i. The unsigned levels (0..63) are used and the
+/// -32 offset enters as extra = -32 * bsums[sub-block] (the initial int32 lane sums).
+struct Q6Fmt512 {
+  using Gemv = void;
+  static constexpr bool kHasGemv = false;
+  static constexpr bool kHasMin = false;
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ6_K);
+
+  static inline int lane_sub_block(int L) { return 4 * (L % 4) + L / 4; }
+
+  static inline void unpack(const std::uint8_t* blk, __m512i& v0, __m512i& v1, __m512i& v2,
+                            __m512i& v3, __m512& fs, __m512& fm) {
+    const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(blk);
+    const __m512i z0 = _mm512_loadu_si512(x->ql);
+    const __m512i z1 = _mm512_loadu_si512(x->ql + 64);
+    const __m512i h0 =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh)));
+    const __m512i h1 =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    // Lower 256 bits: values with qh bits 0-1 (resp. 4-5); upper: bits 2-3 (resp. 6-7).
+    const __m512i cl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i cr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i x0 =
+        _mm512_or_si512(_mm512_and_si512(z0, m4), _mm512_and_si512(_mm512_sllv_epi16(h0, cl), m30));
+    const __m512i x1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z0, 4), m4),
+                                       _mm512_and_si512(_mm512_srlv_epi16(h0, cr), m30));
+    const __m512i x2 =
+        _mm512_or_si512(_mm512_and_si512(z1, m4), _mm512_and_si512(_mm512_sllv_epi16(h1, cl), m30));
+    const __m512i x3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z1, 4), m4),
+                                       _mm512_and_si512(_mm512_srlv_epi16(h1, cr), m30));
+    const __m512i t0 = _mm512_unpacklo_epi32(x0, x1);
+    const __m512i t1 = _mm512_unpackhi_epi32(x0, x1);
+    const __m512i t2 = _mm512_unpacklo_epi32(x2, x3);
+    const __m512i t3 = _mm512_unpackhi_epi32(x2, x3);
+    v0 = _mm512_unpacklo_epi64(t0, t2);
+    v1 = _mm512_unpackhi_epi64(t0, t2);
+    v2 = _mm512_unpacklo_epi64(t1, t3);
+    v3 = _mm512_unpackhi_epi64(t1, t3);
+    const __m128i idx = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m128i sc =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)), idx);
+    fs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
+                       _mm512_set1_ps(_cvtsh_ss(x->d)));
+    fm = _mm512_setzero_ps();
+  }
+
+  static inline void prep(const BlockQ8_K& a, PrepBlock& p) {
+    for (int t = 0; t < 4; ++t)
+      for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < 4; ++c)
+          std::memcpy(p.qs + 64 * t + 16 * i + 4 * c, a.qs + 64 * c + 16 * i + 4 * t, 4);
+    for (int L = 0; L < 16; ++L) p.extra[L] = -32 * a.bsums[lane_sub_block(L)];
+    p.da = a.d;
+  }
+};
+
+#endif  // AVX-512
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+/// Q6_K x Q8_K: unsigned levels (0..63) x s8 with maddubs, madd with the two sub-block scales of
+/// each 32 values, the -32 offset as -32 * sum(scale * bsum) in integer; one float fma per block.
+/// NC activation rows share the unpacked weights (see gemm_avx2_cols).
+struct Q6Avx2 {
+  template <int NC>
+  static inline void run(const BlockQ6_K* x, const BlockQ8_K* const* y, std::int64_t nb,
+                         float* out) {
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    for (std::int64_t i = 0; i < nb; ++i) {
+      __m256i isum[NC];
+      for (int c = 0; c < NC; ++c) {
+        int corr = 0;
+        for (int s = 0; s < 16; ++s) corr += x[i].scales[s] * y[c][i].bsums[s];
+        isum[c] = _mm256_setr_epi32(-32 * corr, 0, 0, 0, 0, 0, 0, 0);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h));
+        const __m256i l1 =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h + 32));
+        const __m256i hq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hq, m3), 4));
+        q[1] =
+            _mm256_or_si256(_mm256_and_si256(l1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hq, 2), m3), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_and_si256(hq, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hq, 2), m30));
+        for (int k = 0; k < 4; ++k) {
+          const std::int8_t* sc = x[i].scales + 8 * h + 2 * k;
+          const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+          for (int c = 0; c < NC; ++c) {
+            const __m256i a =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c][i].qs + 128 * h + 32 * k));
+            isum[c] =
+                _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], a), scv));
+          }
+        }
+      }
+      const float dw = _cvtsh_ss(x[i].d);
+      for (int c = 0; c < NC; ++c) {
+        acc[c] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(dw * y[c][i].d), acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum256(acc[c]);
+  }
+};
+
+#endif  // AVX2
+
+#if defined(__aarch64__)
+
+/// Q6_K x Q8_K on NEON: signed levels (q - 32) x s8 per 16-value sub-block (sdot or
+/// vmull + vpadal), scaled and summed in integer per block, then one float product.
+template <bool Dot>
+inline float dot_q6_neon(const BlockQ6_K* x, const BlockQ8_K* y, std::int64_t nb) {
+  float sumf = 0.0f;
+  const uint8x16_t m4 = vdupq_n_u8(0x0F);
+  const uint8x16_t m3 = vdupq_n_u8(0x03);
+  const int8x16_t off = vdupq_n_s8(32);
+  for (std::int64_t i = 0; i < nb; ++i) {
+    int isum = 0;
+    for (int h = 0; h < 2; ++h) {
+      for (int e = 0; e < 2; ++e) {
+        const uint8x16_t l0 = vld1q_u8(x[i].ql + 64 * h + 16 * e);
+        const uint8x16_t l1 = vld1q_u8(x[i].ql + 64 * h + 32 + 16 * e);
+        const uint8x16_t hq = vld1q_u8(x[i].qh + 32 * h + 16 * e);
+        uint8x16_t q[4];
+        q[0] = vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(hq, m3), 4));
+        q[1] = vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hq, 2), m3), 4));
+        q[2] = vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hq, 4), m3), 4));
+        q[3] = vorrq_u8(vshrq_n_u8(l1, 4), vshlq_n_u8(vshrq_n_u8(hq, 6), 4));
+        for (int k = 0; k < 4; ++k) {
+          const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(q[k]), off);
+          const int8x16_t a = vld1q_s8(y[i].qs + 128 * h + 32 * k + 16 * e);
+          isum += x[i].scales[8 * h + 2 * k + e] * vaddvq_s32(sdot16<Dot>(vdupq_n_s32(0), w, a));
+        }
+      }
+    }
+    sumf += (h2f(x[i].d) * y[i].d) * static_cast<float>(isum);
+  }
+  return sumf;
+}
+
+#endif  // __aarch64__
+
+}  // namespace kq
+
+/// Fills t.fmt[q6_K]: dequant (bit-identical on every ISA) and gemm.
 template <class Tag>
-void register_q6_k(KernelTable& /*t*/) {}
+void register_q6_k(KernelTable& t) {
+  FormatKernels& k = t.fmt[static_cast<int>(Format::q6_K)];
+  k.dequant = &kq::dequant_q6_K;
+  k.gemm = &kq::gemm_by_dot<BlockQ6_K, &kq::dot_q6_scalar>;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (Tag::isa == Isa::avx2) k.gemm = &kq::gemm_avx2_cols<BlockQ6_K, kq::Q6Avx2>;
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+  if constexpr (Tag::isa == Isa::avx512) k.gemm = &kq::gemm512<kq::Q6Fmt512, Tag::vnni>;
+#endif
+#if defined(__aarch64__)
+  if constexpr (Tag::isa == Isa::neon) {
+    k.gemm = &kq::gemm_by_dot<BlockQ6_K, &kq::dot_q6_neon<Tag::dotprod>>;
+  }
+#endif
+}
 
 }  // namespace
 }  // namespace nibble::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -1,0 +1,1185 @@
+// nibble: pieces shared by the Q4_K / Q5_K / Q6_K kernels (kernels/q{4,5,6}_k-inl.hpp).
+// Included only by the per-ISA TUs in src/isa/, inside an anonymous namespace (see arch.hpp):
+// nothing here may call an inline function or template with external linkage that could be
+// compiled with wider ISA flags than its caller (so: no std containers, own fp16 conversion).
+//
+// The integer scheme (see docs of KERNEL-NOTES): activations are Q8_K rows; per 256-value block
+// the weight quants (unsigned) are multiplied with the int8 activations into int32 sums per
+// sub-block, the sub-block scales are applied, and only then is the block converted to float
+// with the super-scales. Q4_K/Q5_K mins use the activation bsums; Q6_K's -32 offset is applied
+// as -32 * bsum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+#include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_k.hpp"
+#include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/arch.hpp"
+#include "nibble/kernels/table.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*().
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace nibble::kernels {
+namespace {
+namespace kq {
+
+// ---------------------------------------------------------------- scalar helpers
+
+/// fp16 -> fp32 (exact), private copy so that no external-linkage inline function is compiled
+/// with this TU's ISA flags.
+inline float h2f(std::uint16_t h) {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1Fu;
+  const std::uint32_t m = h & 0x3FFu;
+  std::uint32_t bits;
+  if (e == 0x1F) {
+    bits = sign | 0x7F800000u | (m << 13);
+  } else if (e == 0) {
+    if (m == 0) {
+      bits = sign;
+    } else {
+      const float v = static_cast<float>(m) * 5.9604644775390625e-08f;  // m * 2^-24
+      return sign ? -v : v;
+    }
+  } else {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/// The eight 6-bit scales and mins of a Q4_K/Q5_K block, as two little-endian 8-byte words
+/// (byte j of *sc8 = sc[j], byte j of *m8 = m[j]).
+inline void unpack_scales_mins(const std::uint8_t* s12, std::uint64_t* sc8, std::uint64_t* m8) {
+  std::uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const std::uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
+  const std::uint32_t m_lo = u[1] & 0x3F3F3F3Fu;
+  const std::uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const std::uint32_t m_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  *sc8 = static_cast<std::uint64_t>(sc_lo) | (static_cast<std::uint64_t>(sc_hi) << 32);
+  *m8 = static_cast<std::uint64_t>(m_lo) | (static_cast<std::uint64_t>(m_hi) << 32);
+}
+
+inline void unpack_scales_mins(const std::uint8_t* s12, std::uint8_t sc[8], std::uint8_t m[8]) {
+  std::uint64_t a, b;
+  unpack_scales_mins(s12, &a, &b);
+  std::memcpy(sc, &a, 8);
+  std::memcpy(m, &b, 8);
+}
+
+/// 64-byte aligned scratch memory (no std containers: see the file comment).
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(std::size_t bytes) : p(::operator new(bytes, std::align_val_t(64))) {}
+  ~Scratch() { ::operator delete(p, std::align_val_t(64)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+// ---------------------------------------------------------------- dequantization
+// Plain loops (the compiler vectorizes them); -ffp-contract=off keeps every ISA bit-identical
+// to the reference order: (float(d) * sc) * q - float(dmin) * m, resp. (float(d) * sc) * (q-32).
+
+inline void dequant_q4_K(const void* src, std::int64_t n, float* y) {
+  const BlockQ4_K* x = static_cast<const BlockQ4_K*>(src);
+  for (std::int64_t b = 0; b < n / 256; ++b) {
+    const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_scales_mins(x[b].scales, sc, m);
+    for (int g = 0; g < 4; ++g) {
+      const std::uint8_t* q = x[b].qs + 32 * g;
+      const float d0 = d * static_cast<float>(sc[2 * g]), m0 = dmin * static_cast<float>(m[2 * g]);
+      const float d1 = d * static_cast<float>(sc[2 * g + 1]);
+      const float m1 = dmin * static_cast<float>(m[2 * g + 1]);
+      float* o = y + 256 * b + 64 * g;
+      for (int l = 0; l < 32; ++l) o[l] = d0 * static_cast<float>(q[l] & 0x0F) - m0;
+      for (int l = 0; l < 32; ++l) o[32 + l] = d1 * static_cast<float>(q[l] >> 4) - m1;
+    }
+  }
+}
+
+inline void dequant_q5_K(const void* src, std::int64_t n, float* y) {
+  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(src);
+  for (std::int64_t b = 0; b < n / 256; ++b) {
+    const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
+    std::uint8_t sc[8], m[8];
+    unpack_scales_mins(x[b].scales, sc, m);
+    const std::uint8_t* qh = x[b].qh;
+    for (int g = 0; g < 4; ++g) {
+      const std::uint8_t* q = x[b].qs + 32 * g;
+      const float d0 = d * static_cast<float>(sc[2 * g]), m0 = dmin * static_cast<float>(m[2 * g]);
+      const float d1 = d * static_cast<float>(sc[2 * g + 1]);
+      const float m1 = dmin * static_cast<float>(m[2 * g + 1]);
+      float* o = y + 256 * b + 64 * g;
+      for (int l = 0; l < 32; ++l) {
+        const int v = (q[l] & 0x0F) | (((qh[l] >> (2 * g)) & 1) << 4);
+        o[l] = d0 * static_cast<float>(v) - m0;
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int v = (q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4);
+        o[32 + l] = d1 * static_cast<float>(v) - m1;
+      }
+    }
+  }
+}
+
+inline void dequant_q6_K(const void* src, std::int64_t n, float* y) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(src);
+  for (std::int64_t b = 0; b < n / 256; ++b) {
+    const float d = h2f(x[b].d);
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t* ql = x[b].ql + 64 * h;
+      const std::uint8_t* qh = x[b].qh + 32 * h;
+      const std::int8_t* sc = x[b].scales + 8 * h;
+      float* o = y + 256 * b + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q0 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q1 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        o[l] = (d * static_cast<float>(sc[is + 0])) * static_cast<float>(q0);
+        o[l + 32] = (d * static_cast<float>(sc[is + 2])) * static_cast<float>(q1);
+        o[l + 64] = (d * static_cast<float>(sc[is + 4])) * static_cast<float>(q2);
+        o[l + 96] = (d * static_cast<float>(sc[is + 6])) * static_cast<float>(q3);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- scalar dots
+// Same semantics (integer sums and float order) as ggml's generic C vec_dot: the products of
+// each block are gathered into 8 int32 lanes (lane l = positions l mod 8), scaled per sub-block,
+// each lane is added to a float lane accumulator with d = float(w.d) * a.d; the mins are
+// subtracted from a separate float sum; the lanes are added to it at the end, in order.
+
+/// Unsigned quants (0..31) of one Q4_K (HighBit=false) or Q5_K block in value order.
+inline void q45_levels(const std::uint8_t* qs, const std::uint8_t* qh, std::int8_t* a) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      int lo = qs[32 * g + l] & 0x0F, hi = qs[32 * g + l] >> 4;
+      if (qh) {
+        lo |= ((qh[l] >> (2 * g)) & 1) << 4;
+        hi |= ((qh[l] >> (2 * g + 1)) & 1) << 4;
+      }
+      a[64 * g + l] = static_cast<std::int8_t>(lo);
+      a[64 * g + 32 + l] = static_cast<std::int8_t>(hi);
+    }
+  }
+}
+
+template <class Block, bool HighBit>
+inline float dot_q45_scalar(const Block* x, const BlockQ8_K* y, std::int64_t nb) {
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float sumf = 0.0f;
+  std::int8_t aux8[256];
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const std::uint8_t* qh = nullptr;
+    if constexpr (HighBit) qh = x[i].qh;
+    q45_levels(x[i].qs, qh, aux8);
+    std::uint8_t sc[8], m[8];
+    unpack_scales_mins(x[i].scales, sc, m);
+    int sumi = 0;
+    for (int j = 0; j < 16; ++j) sumi += y[i].bsums[j] * m[j / 2];
+    std::int32_t aux32[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const std::int8_t* q8 = y[i].qs;
+    const std::int8_t* a = aux8;
+    for (int j = 0; j < 8; ++j) {
+      const std::int32_t scale = sc[j];
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 8; ++l) aux32[l] += scale * (q8[l] * a[l]);
+        q8 += 8;
+        a += 8;
+      }
+    }
+    const float d = h2f(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(aux32[l]);
+    const float dmin = h2f(x[i].dmin) * y[i].d;
+    sumf -= dmin * static_cast<float>(sumi);
+  }
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  return sumf;
+}
+
+inline float dot_q6_scalar(const BlockQ6_K* x, const BlockQ8_K* y, std::int64_t nb) {
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int8_t aux8[256];
+  for (std::int64_t i = 0; i < nb; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t* ql = x[i].ql + 64 * h;
+      const std::uint8_t* qh = x[i].qh + 32 * h;
+      std::int8_t* a = aux8 + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        a[l] = static_cast<std::int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        a[l + 32] =
+            static_cast<std::int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        a[l + 64] = static_cast<std::int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        a[l + 96] = static_cast<std::int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
+    std::int32_t aux32[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const std::int8_t* q8 = y[i].qs;
+    const std::int8_t* a = aux8;
+    for (int j = 0; j < 16; ++j) {
+      const int scale = x[i].scales[j];
+      for (int k = 0; k < 2; ++k) {
+        for (int l = 0; l < 8; ++l) aux32[l] += scale * (q8[l] * a[l]);
+        q8 += 8;
+        a += 8;
+      }
+    }
+    const float d = h2f(x[i].d) * y[i].d;
+    for (int l = 0; l < 8; ++l) sums[l] += d * static_cast<float>(aux32[l]);
+  }
+  float sumf = 0.0f;
+  for (int l = 0; l < 8; ++l) sumf += sums[l];
+  return sumf;
+}
+
+/// gemm from a row x column dot function: Y[j*ldy + r] = Dot(W row r, A row j).
+template <class Block, float (*Dot)(const Block*, const BlockQ8_K*, std::int64_t)>
+void gemm_by_dot(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+                 std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n,
+                 float* Y, std::int64_t ldy) {
+  const std::int64_t nb = cols / 256;
+  const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
+  const std::uint8_t* a = static_cast<const std::uint8_t*>(A);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const BlockQ8_K* aj = reinterpret_cast<const BlockQ8_K*>(a + j * a_row_bytes);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      Y[j * ldy + r] = Dot(reinterpret_cast<const Block*>(w + r * w_row_bytes), aj, nb);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- AVX-512 tile engine
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+
+/// u8 x s8 dot of 4-byte groups added to int32 lanes: vpdpbusd, or maddubs + madd without VNNI
+/// (no saturation: every K-quant level is <= 63, so a pair sum is <= 2 * 63 * 128).
+template <bool Vnni>
+inline __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+  if constexpr (Vnni) return _mm512_dpbusd_epi32(acc, u, s);
+#endif
+  const __m512i p = _mm512_maddubs_epi16(u, s);
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+}
+
+/// One activation block prepared for the tile engine: the 256 int8 quants permuted into the
+/// weight layout of the format policy, 16 per-lane extras (format-specific) and the scale.
+struct alignas(64) PrepBlock {
+  std::int8_t qs[256];
+  std::int32_t extra[16];
+  float da;
+  float pad[15];
+};
+static_assert(sizeof(PrepBlock) == 384, "PrepBlock layout");
+
+/// R weight rows x C activation columns over all blocks. Fmt provides
+///   unpack(const uint8_t* block, __m512i v[4], __m512& fs, __m512& fm): the 4 vectors of u8
+///     levels (int32 lane L of every vector belongs to one sub-block) and per-lane float scales
+///   prep(const BlockQ8_K&, PrepBlock&), kHasMin, kBlockBytes.
+/// Lane sums: I = sum over the 4 vectors (+ extra as int32 when !kHasMin); the block adds
+/// cvt(I) * fs * da  (+ fm * extra-as-float when kHasMin).
+template <class Fmt, bool Vnni, int R, int C>
+inline void tile512(const std::uint8_t* w, std::size_t w_row_bytes, std::int64_t nb,
+                    const PrepBlock* p, float* y, std::int64_t ldy) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+    if (b + 2 < nb) {  // software prefetch two blocks ahead in the R row streams
+      for (int i = 0; i < R; ++i) {
+        const char* pf =
+            reinterpret_cast<const char*>(w + i * w_row_bytes + (b + 2) * Fmt::kBlockBytes);
+        for (std::size_t o = 0; o < Fmt::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const PrepBlock& pb = p[c * nb + b];
+      const __m512 da = _mm512_set1_ps(pb.da);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        __m512i v0, v1, v2, v3;
+        __m512 fs, fm;
+        Fmt::unpack(w + i * w_row_bytes + b * Fmt::kBlockBytes, v0, v1, v2, v3, fs, fm);
+        __m512i s = Fmt::kHasMin ? _mm512_setzero_si512() : _mm512_load_si512(pb.extra);
+        s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
+        s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
+        s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
+        s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
+        acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(fs, da), acc[i][c]);
+        if constexpr (Fmt::kHasMin) {
+          acc[i][c] = _mm512_fmadd_ps(fm, _mm512_load_ps(reinterpret_cast<const float*>(pb.extra)),
+                                      acc[i][c]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) y[c * ldy + i] = _mm512_reduce_add_ps(acc[i][c]);
+}
+
+/// One weight block unpacked by Fmt::unpack (kept in L1 while all activation columns use it).
+struct alignas(64) Unpacked512 {
+  __m512i v[4];
+  __m512 fs, fm;
+};
+
+/// R unpacked weight rows (wu[b * R + i]) x C activation columns, all blocks.
+template <class Fmt, bool Vnni, int R, int C>
+inline void tile512u(const Unpacked512* wu, std::int64_t nb, const PrepBlock* p, float* y,
+                     std::int64_t ldy) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+  for (std::int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const Unpacked512& u = wu[b * R + i];
+      const __m512i v0 = _mm512_load_si512(&u.v[0]), v1 = _mm512_load_si512(&u.v[1]);
+      const __m512i v2 = _mm512_load_si512(&u.v[2]), v3 = _mm512_load_si512(&u.v[3]);
+      const __m512 fs = u.fs;
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const PrepBlock& pb = p[c * nb + b];
+        __m512i s = Fmt::kHasMin ? _mm512_setzero_si512() : _mm512_load_si512(pb.extra);
+        s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
+        s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
+        s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
+        s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
+        if constexpr (Fmt::kHasMin) {
+          acc[i][c] = _mm512_fmadd_ps(
+              u.fm, _mm512_load_ps(reinterpret_cast<const float*>(pb.extra)), acc[i][c]);
+        }
+        acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(fs, _mm512_set1_ps(pb.da)),
+                                    acc[i][c]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) y[c * ldy + i] = _mm512_reduce_add_ps(acc[i][c]);
+}
+
+/// All column tiles of `cn` prepared columns against R unpacked rows.
+template <class Fmt, bool Vnni, int R>
+inline void cols512u(const Unpacked512* wu, std::int64_t nb, const PrepBlock* p, std::int64_t cn,
+                     float* y, std::int64_t ldy) {
+  constexpr int kC = 5;  // 4 x 5 accumulators + 6 unpacked weight vectors in registers
+  std::int64_t c = 0;
+  for (; c + kC <= cn; c += kC) tile512u<Fmt, Vnni, R, kC>(wu, nb, p + c * nb, y + c * ldy, ldy);
+  const PrepBlock* pc = p + c * nb;
+  float* yc = y + c * ldy;
+  switch (cn - c) {
+    case 7:
+      tile512u<Fmt, Vnni, R, 7>(wu, nb, pc, yc, ldy);
+      break;
+    case 6:
+      tile512u<Fmt, Vnni, R, 6>(wu, nb, pc, yc, ldy);
+      break;
+    case 5:
+      tile512u<Fmt, Vnni, R, 5>(wu, nb, pc, yc, ldy);
+      break;
+    case 4:
+      tile512u<Fmt, Vnni, R, 4>(wu, nb, pc, yc, ldy);
+      break;
+    case 3:
+      tile512u<Fmt, Vnni, R, 3>(wu, nb, pc, yc, ldy);
+      break;
+    case 2:
+      tile512u<Fmt, Vnni, R, 2>(wu, nb, pc, yc, ldy);
+      break;
+    case 1:
+      tile512u<Fmt, Vnni, R, 1>(wu, nb, pc, yc, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+template <class Fmt, int R>
+inline void unpack_rows512(const std::uint8_t* w, std::size_t wrb, std::int64_t nb,
+                           Unpacked512* wu) {
+  for (std::int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < R; ++i) {
+      Unpacked512& u = wu[b * R + i];
+      __m512i v0, v1, v2, v3;
+      __m512 fs, fm;
+      Fmt::unpack(w + i * wrb + b * Fmt::kBlockBytes, v0, v1, v2, v3, fs, fm);
+      _mm512_store_si512(&u.v[0], v0);
+      _mm512_store_si512(&u.v[1], v1);
+      _mm512_store_si512(&u.v[2], v2);
+      _mm512_store_si512(&u.v[3], v3);
+      u.fs = fs;
+      u.fm = fm;
+    }
+}
+
+/// GEMV (one activation column): R rows unpacked in registers.
+template <class Fmt, bool Vnni>
+inline void gemv512(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t nb,
+                    const PrepBlock* p, float* y) {
+  constexpr int R = 4;
+  std::int64_t r = 0;
+  for (; r + R <= rows; r += R) tile512<Fmt, Vnni, R, 1>(w + r * wrb, wrb, nb, p, y + r, 1);
+  for (; r < rows; ++r) tile512<Fmt, Vnni, 1, 1>(w + r * wrb, wrb, nb, p, y + r, 1);
+}
+
+#if defined(__AVX512VNNI__)
+/// Q4_K / Q5_K GEMM (n > 1) with weight rows in int32 lanes: a tile of 16 rows is repacked once
+/// per call so that zmm (block b, sub-block sb, step t) holds, in lane i, the 4 unsigned levels
+/// 32 * sb + 4t .. 4t + 3 of row i; each vpdpbusd multiplies it with 4 activation bytes of one
+/// column broadcast from the Q8_K row as is (16 rows x 4 values x 1 column). Per sub-block the
+/// int32 lanes are converted once and scaled by d * sc (float, per row lane); the mins enter as
+/// -dmin * m * (bsum pair) per sub-block; a.d is applied once per block.
+template <bool HighBit>
+struct Q45Rows16 {
+  using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
+  static constexpr int kZ = 80;  ///< zmm per block in the tile: 64 level vectors, 8 fs, 8 -fm
+  static constexpr int kC = 8;   ///< activation columns per pass
+
+  /// In-register 16 x 16 transpose of dwords: r[j] lane i <- old r[i] lane j.
+  static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+      r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+      r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+      r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // r[4q + k] lane (128-bit chunk) c, dword e = row 4q + e, dword 4c + k
+    for (int q = 0; q < 4; q += 2)
+      for (int k = 0; k < 4; ++k) {
+        t[4 * q + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0x88);
+        t[4 * q + 4 + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0xDD);
+      }
+    // t[4q + k] (q = 0, 2) chunks: (rows 4q, chunk 0), (4q, 2), (4q+4, 0), (4q+4, 2) for dword k
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+      r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
+      r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
+      r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xDD);
+    }
+  }
+
+  /// Repacks block b of rows w + i * wrb (i < nr; rows past nr repeat the last one) into tile.
+  static inline void repack_block(const std::uint8_t* w, std::size_t wrb, int nr, std::int64_t b,
+                                  __m512i* dst) {
+    const Block* x[16];
+    for (int i = 0; i < 16; ++i)
+      x[i] = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(i < nr ? i : nr - 1) * wrb) +
+             b;
+    __m512i lo[16], hi[16], qh[16];
+    for (int i = 0; i < 16; ++i) {
+      lo[i] = _mm512_loadu_si512(x[i]->qs);
+      hi[i] = _mm512_loadu_si512(x[i]->qs + 64);
+    }
+    transpose16(lo);
+    transpose16(hi);
+    if constexpr (HighBit) {
+      for (int i = 0; i < 16; ++i)
+        qh[i] = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i]->qh)));
+      transpose16(qh);
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int D = 0; D < 32; ++D) {
+      const __m512i T = D < 16 ? lo[D] : hi[D - 16];
+      const int g = D / 8, t = D % 8;
+      __m512i L = _mm512_and_si512(T, m4);
+      __m512i H = _mm512_and_si512(_mm512_srli_epi16(T, 4), m4);
+      if constexpr (HighBit) {
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        L = _mm512_mask_add_epi8(
+            L, _mm512_test_epi8_mask(qh[t], _mm512_set1_epi8(static_cast<char>(1 << (2 * g)))), L,
+            sixteen);
+        H = _mm512_mask_add_epi8(
+            H, _mm512_test_epi8_mask(qh[t], _mm512_set1_epi8(static_cast<char>(2 << (2 * g)))), H,
+            sixteen);
+      }
+      _mm512_store_si512(dst + 16 * g + t, L);
+      _mm512_store_si512(dst + 16 * g + 8 + t, H);
+    }
+    alignas(64) float fs[8][16], fm[8][16];
+    for (int i = 0; i < 16; ++i) {
+      std::uint8_t sc[8], m[8];
+      unpack_scales_mins(x[i]->scales, sc, m);
+      const float d = h2f(x[i]->d), dmin = h2f(x[i]->dmin);
+      for (int sb = 0; sb < 8; ++sb) {
+        fs[sb][i] = d * static_cast<float>(sc[sb]);
+        fm[sb][i] = -(dmin * static_cast<float>(m[sb]));
+      }
+    }
+    for (int sb = 0; sb < 8; ++sb) {
+      _mm512_store_ps(reinterpret_cast<float*>(dst + 64 + sb), _mm512_load_ps(fs[sb]));
+      _mm512_store_ps(reinterpret_cast<float*>(dst + 72 + sb), _mm512_load_ps(fm[sb]));
+    }
+  }
+
+  /// C columns (Q8_K rows a[c], bsum-pair floats bs[c][b * 8 + sb]) against the repacked tile.
+  template <int C>
+  static inline void cols(const __m512i* tile, std::int64_t nb, const BlockQ8_K* const* a,
+                          const float* const* bs, float* y, std::int64_t ldy, __mmask16 mask) {
+    __m512 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const __m512i* t = tile + b * kZ;
+      __m512 blk[C];
+#pragma GCC unroll 8
+      for (int sb = 0; sb < 8; ++sb) {
+        __m512i s[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) s[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m512i wv = _mm512_load_si512(t + 8 * sb + k);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            std::int32_t av;
+            std::memcpy(&av, a[c][b].qs + 32 * sb + 4 * k, 4);
+            s[c] = _mm512_dpbusd_epi32(s[c], wv, _mm512_set1_epi32(av));
+          }
+        }
+        const __m512 fs = _mm512_load_ps(reinterpret_cast<const float*>(t + 64 + sb));
+        const __m512 fm = _mm512_load_ps(reinterpret_cast<const float*>(t + 72 + sb));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m512 f = _mm512_cvtepi32_ps(s[c]);
+          blk[c] = sb == 0 ? _mm512_mul_ps(f, fs) : _mm512_fmadd_ps(f, fs, blk[c]);
+          blk[c] = _mm512_fmadd_ps(fm, _mm512_set1_ps(bs[c][b * 8 + sb]), blk[c]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(blk[c], _mm512_set1_ps(a[c][b].d), acc[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, acc[c]);
+  }
+
+  static void gemm(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+                   std::int64_t cols_, const void* A, std::size_t a_row_bytes, std::int64_t n,
+                   float* Y, std::int64_t ldy) {
+    const std::int64_t nb = cols_ / 256;
+    Scratch tbuf(static_cast<std::size_t>(nb * kZ) * 64);
+    Scratch bbuf(static_cast<std::size_t>(n * nb * 8) * sizeof(float));
+    __m512i* tile = static_cast<__m512i*>(tbuf.p);
+    float* bsf = static_cast<float*>(bbuf.p);
+    const std::uint8_t* a8 = static_cast<const std::uint8_t*>(A);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a8 + j * a_row_bytes);
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (int sb = 0; sb < 8; ++sb)
+          bsf[(j * nb + b) * 8 + sb] =
+              static_cast<float>(ab[b].bsums[2 * sb] + ab[b].bsums[2 * sb + 1]);
+    }
+    const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
+    for (std::int64_t r = r0; r < r1; r += 16) {
+      const int nr = static_cast<int>(r1 - r < 16 ? r1 - r : 16);
+      const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+      for (std::int64_t b = 0; b < nb; ++b)
+        repack_block(w + r * w_row_bytes, w_row_bytes, nr, b, tile + b * kZ);
+      for (std::int64_t j = 0; j < n; j += kC) {
+        const BlockQ8_K* ap[kC];
+        const float* bp[kC];
+        for (int c = 0; c < kC; ++c) {
+          const std::int64_t jc = j + c < n ? j + c : j;
+          ap[c] = reinterpret_cast<const BlockQ8_K*>(a8 + jc * a_row_bytes);
+          bp[c] = bsf + jc * nb * 8;
+        }
+        float* yj = Y + j * ldy + r;
+        switch (n - j) {
+          case 1: cols<1>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 2: cols<2>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 3: cols<3>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 4: cols<4>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 5: cols<5>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 6: cols<6>(tile, nb, ap, bp, yj, ldy, mask); break;
+          case 7: cols<7>(tile, nb, ap, bp, yj, ldy, mask); break;
+          default: cols<8>(tile, nb, ap, bp, yj, ldy, mask); break;
+        }
+      }
+    }
+  }
+};
+#endif  // VNNI
+
+/// The gemm entry of the tile engine (see FormatKernels::gemm).
+template <class Fmt, bool Vnni>
+void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+             std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
+             std::int64_t ldy) {
+  constexpr int kR = 4;
+  const std::int64_t nb = cols / 256;
+  if (nb <= 0 || r1 <= r0 || n <= 0) return;
+  // Columns are prepared in chunks that keep the prepared activations around 512 KiB.
+  std::int64_t jc = (512 * 1024) / (nb * static_cast<std::int64_t>(sizeof(PrepBlock)));
+  jc = jc < 8 ? 8 : jc;
+  if (jc > n) jc = n;
+  Scratch buf(static_cast<std::size_t>(jc * nb) * sizeof(PrepBlock));
+  PrepBlock* p = static_cast<PrepBlock*>(buf.p);
+  const std::uint8_t* w = static_cast<const std::uint8_t*>(W) + r0 * w_row_bytes;
+  const std::uint8_t* a = static_cast<const std::uint8_t*>(A);
+  const std::int64_t rows = r1 - r0;
+  if (n == 1) {
+    const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a);
+    if constexpr (Fmt::kHasGemv) {
+      using Gv = typename Fmt::Gemv;
+      typename Gv::Prep* pv = reinterpret_cast<typename Gv::Prep*>(p);  // same size, 64-aligned
+      static_assert(sizeof(typename Gv::Prep) == sizeof(PrepBlock), "prep sizes");
+      for (std::int64_t b = 0; b < nb; ++b) Gv::prep(ab[b], pv[b]);
+      Gv::gemv(w, w_row_bytes, rows, nb, pv, Y + r0);
+      return;
+    }
+    for (std::int64_t b = 0; b < nb; ++b) Fmt::prep(ab[b], p[b]);
+    gemv512<Fmt, Vnni>(w, w_row_bytes, rows, nb, p, Y + r0);
+    return;
+  }
+#if defined(__AVX512VNNI__)
+  if constexpr (Vnni && Fmt::kHasGemv) {
+    Q45Rows16<Fmt::kHighBit>::gemm(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
+    return;
+  }
+#endif
+  Scratch wbuf(static_cast<std::size_t>(kR * nb) * sizeof(Unpacked512));
+  Unpacked512* wu = static_cast<Unpacked512*>(wbuf.p);
+  for (std::int64_t j0 = 0; j0 < n; j0 += jc) {
+    const std::int64_t cn = (n - j0 < jc) ? n - j0 : jc;
+    for (std::int64_t c = 0; c < cn; ++c) {
+      const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a + (j0 + c) * a_row_bytes);
+      for (std::int64_t b = 0; b < nb; ++b) Fmt::prep(ab[b], p[c * nb + b]);
+    }
+    float* yj = Y + j0 * ldy + r0;
+    std::int64_t r = 0;
+    for (; r + kR <= rows; r += kR) {
+      unpack_rows512<Fmt, kR>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+      cols512u<Fmt, Vnni, kR>(wu, nb, p, cn, yj + r, ldy);
+    }
+    switch (rows - r) {
+      case 3:
+        unpack_rows512<Fmt, 3>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, Vnni, 3>(wu, nb, p, cn, yj + r, ldy);
+        break;
+      case 2:
+        unpack_rows512<Fmt, 2>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, Vnni, 2>(wu, nb, p, cn, yj + r, ldy);
+        break;
+      case 1:
+        unpack_rows512<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, Vnni, 1>(wu, nb, p, cn, yj + r, ldy);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+/// Q4_K (HighBit = false) and Q5_K (HighBit = true) policy of the tile engine. Layout of the 4
+/// level vectors: byte k of vector t is value (32 * sb + 8 * t + k % 8) with sb = k / 8, so
+/// int32 lanes 2sb and 2sb+1 hold sub-block sb; fs/fm lanes: float(d)*sc[sb], float(dmin)*m[sb];
+/// extra lanes (float): -(a.d * 0.5 * (bsums[2sb] + bsums[2sb+1])), half the min term per lane.
+template <bool HighBit, bool Vnni>
+struct Q45Gemv512;
+
+template <bool HighBit, bool Vnni>
+struct Q45Fmt512 {
+  using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
+  using Gemv = Q45Gemv512<HighBit, Vnni>;
+  static constexpr bool kHasGemv = true;
+  static constexpr bool kHasMin = true;
+  static constexpr bool kHighBit = HighBit;
+  /// Q4_K with vpdpbusd: the high nibbles are used as 16 * q (no shift; u8 products do not
+  /// saturate in vpdpbusd) and the factor 1/16 goes into fs of the odd sub-blocks.
+  static constexpr bool kHiTrick = !HighBit && Vnni;
+  static constexpr std::size_t kBlockBytes = sizeof(Block);
+
+  static inline void unpack(const std::uint8_t* blk, __m512i& v0, __m512i& v1, __m512i& v2,
+                            __m512i& v3, __m512& fs, __m512& fm) {
+    const Block* x = reinterpret_cast<const Block*>(blk);
+    const __m512i z0 = _mm512_loadu_si512(x->qs);
+    const __m512i z1 = _mm512_loadu_si512(x->qs + 64);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i za = _mm512_shuffle_i64x2(z0, z1, 0x88);  // qs[32q + 0..15] in lane q
+    const __m512i zb = _mm512_shuffle_i64x2(z0, z1, 0xDD);  // qs[32q + 16..31] in lane q
+    const __m512i la = _mm512_and_si512(za, m4);
+    const __m512i lb = _mm512_and_si512(zb, m4);
+    __m512i ha, hb;
+    if constexpr (kHiTrick) {
+      const __m512i mh = _mm512_set1_epi8(static_cast<char>(0xF0));
+      ha = _mm512_and_si512(za, mh);
+      hb = _mm512_and_si512(zb, mh);
+    } else {
+      ha = _mm512_and_si512(_mm512_srli_epi16(za, 4), m4);
+      hb = _mm512_and_si512(_mm512_srli_epi16(zb, 4), m4);
+    }
+    v0 = _mm512_unpacklo_epi64(la, ha);
+    v1 = _mm512_unpackhi_epi64(la, ha);
+    v2 = _mm512_unpacklo_epi64(lb, hb);
+    v3 = _mm512_unpackhi_epi64(lb, hb);
+    if constexpr (HighBit) {
+      const __m512i bitsel =
+          _mm512_set_epi64(static_cast<long long>(0x8080808080808080ull), 0x4040404040404040ll,
+                           0x2020202020202020ll, 0x1010101010101010ll, 0x0808080808080808ll,
+                           0x0404040404040404ll, 0x0202020202020202ll, 0x0101010101010101ll);
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      long long h8[4];
+      std::memcpy(h8, x->qh, 32);
+      v0 = _mm512_mask_add_epi8(v0, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[0]), bitsel), v0,
+                                sixteen);
+      v1 = _mm512_mask_add_epi8(v1, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[1]), bitsel), v1,
+                                sixteen);
+      v2 = _mm512_mask_add_epi8(v2, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[2]), bitsel), v2,
+                                sixteen);
+      v3 = _mm512_mask_add_epi8(v3, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[3]), bitsel), v3,
+                                sixteen);
+    }
+    // 6-bit scales and mins in vector form: dwords of u = scales bytes 0-3, 4-7, 8-11; the
+    // result bytes are sc[0..7], m[0..7] (see unpack_scales_mins).
+    const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales));
+    const __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0x98), _mm_setr_epi32(0, 0, 0, 4));
+    const __m128i b = _mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2);
+    const __m128i sm = _mm_or_si128(
+        _mm_and_si128(a, _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F)),
+        _mm_and_si128(b, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+    const __m512i sci = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm));
+    const __m512i mi = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(sm, sm));
+    std::int32_t dpair;
+    std::memcpy(&dpair, &x->d, 4);  // d, dmin
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(dpair));
+    __m512 d = _mm512_broadcastss_ps(dd);
+    if constexpr (kHiTrick) {
+      d = _mm512_mul_ps(d, _mm512_setr_ps(1, 1, 0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f, 1, 1,
+                                          0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f));
+    }
+    fs = _mm512_mul_ps(_mm512_cvtepi32_ps(sci), d);
+    fm = _mm512_mul_ps(_mm512_cvtepi32_ps(mi), _mm512_broadcastss_ps(_mm_movehdup_ps(dd)));
+  }
+
+  static inline void prep(const BlockQ8_K& a, PrepBlock& p) {
+    for (int t = 0; t < 4; ++t)
+      for (int sb = 0; sb < 8; ++sb) std::memcpy(p.qs + 64 * t + 8 * sb, a.qs + 32 * sb + 8 * t, 8);
+    for (int sb = 0; sb < 8; ++sb) {
+      const float half = 0.5f * static_cast<float>(a.bsums[2 * sb] + a.bsums[2 * sb + 1]);
+      const float e = -(a.d * half);
+      std::memcpy(&p.extra[2 * sb], &e, 4);
+      std::memcpy(&p.extra[2 * sb + 1], &e, 4);
+    }
+    p.da = a.d;
+  }
+};
+
+/// GEMV (one activation column) for Q4_K / Q5_K, four weight rows at a time with the per-block
+/// scale work shared by the four rows. Level layout: byte k of vector t (lane q = k / 16, dword
+/// j = k % 16 / 4, e = k % 4) is value 32 * sb + pos with sb = 2q + (j & 1),
+/// pos = 8t + 4 * (j >> 1) + e; so after the 4 vpdpbusd the int32 lanes of a row alternate
+/// sub-blocks 2q, 2q+1 and one 64-bit unpack + add of two rows gives whole sub-block sums
+/// [row a sb 2q, row a sb 2q+1, row b sb 2q, row b sb 2q+1] in lane q. The scales, mins and
+/// super-scales of the four rows are decoded together in one zmm (one 128-bit lane per row).
+template <bool HighBit, bool Vnni>
+struct Q45Gemv512 {
+  using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
+  static constexpr bool kHiTrick = !HighBit && Vnni;
+
+  struct alignas(64) Prep {
+    std::int8_t qs[256];
+    std::int16_t bsp[32];  ///< bsums[2s] + bsums[2s+1], s = 0..7, repeated in 4 lanes
+    float kda[16];         ///< a.d (times 1/16 on odd lanes with the high-nibble trick)
+  };
+  static_assert(sizeof(Prep) == 384, "Prep layout");
+
+  static inline void prep(const BlockQ8_K& a, Prep& p) {
+    for (int t = 0; t < 4; ++t)
+      for (int q = 0; q < 4; ++q)
+        for (int j = 0; j < 4; ++j) {
+          const int sb = 2 * q + (j & 1), pos = 8 * t + 4 * (j >> 1);
+          std::memcpy(p.qs + 64 * t + 16 * q + 4 * j, a.qs + 32 * sb + pos, 4);
+        }
+    for (int l = 0; l < 4; ++l)
+      for (int sb = 0; sb < 8; ++sb)
+        p.bsp[8 * l + sb] = static_cast<std::int16_t>(a.bsums[2 * sb] + a.bsums[2 * sb + 1]);
+    for (int L = 0; L < 16; ++L) p.kda[L] = (kHiTrick && (L & 1)) ? a.d * 0.0625f : a.d;
+  }
+
+  static inline __m512i row_sums(const Block* x, const Prep& pb) {
+    const __m512i z0 = _mm512_loadu_si512(x->qs);
+    const __m512i z1 = _mm512_loadu_si512(x->qs + 64);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i za = _mm512_shuffle_i64x2(z0, z1, 0x88);  // qs[32q + 0..15] in lane q
+    const __m512i zb = _mm512_shuffle_i64x2(z0, z1, 0xDD);  // qs[32q + 16..31] in lane q
+    const __m512i la = _mm512_and_si512(za, m4);
+    const __m512i lb = _mm512_and_si512(zb, m4);
+    __m512i ha, hb;
+    if constexpr (kHiTrick) {
+      const __m512i mh = _mm512_set1_epi8(static_cast<char>(0xF0));
+      ha = _mm512_and_si512(za, mh);
+      hb = _mm512_and_si512(zb, mh);
+    } else {
+      ha = _mm512_and_si512(_mm512_srli_epi16(za, 4), m4);
+      hb = _mm512_and_si512(_mm512_srli_epi16(zb, 4), m4);
+    }
+    __m512i v0 = _mm512_unpacklo_epi32(la, ha);
+    __m512i v1 = _mm512_unpackhi_epi32(la, ha);
+    __m512i v2 = _mm512_unpacklo_epi32(lb, hb);
+    __m512i v3 = _mm512_unpackhi_epi32(lb, hb);
+    if constexpr (HighBit) {
+      // byte (q, j, e) of vector t needs bit (2q + (j & 1)) of qh[8t + 4 * (j >> 1) + e].
+      const __m512i bitsel = _mm512_set_epi64(
+          static_cast<long long>(0x8080808040404040ull),
+          static_cast<long long>(0x8080808040404040ull), 0x2020202010101010ll, 0x2020202010101010ll,
+          0x0808080804040404ll, 0x0808080804040404ll, 0x0202020201010101ll, 0x0202020201010101ll);
+      const __m512i sel0 =
+          _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
+      const __m512i sel1 = _mm512_broadcast_i32x4(
+          _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15));
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      const __m512i h0 =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh)));
+      const __m512i h1 =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh + 16)));
+      v0 = _mm512_mask_add_epi8(v0, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h0, sel0), bitsel),
+                                v0, sixteen);
+      v1 = _mm512_mask_add_epi8(v1, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h0, sel1), bitsel),
+                                v1, sixteen);
+      v2 = _mm512_mask_add_epi8(v2, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h1, sel0), bitsel),
+                                v2, sixteen);
+      v3 = _mm512_mask_add_epi8(v3, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h1, sel1), bitsel),
+                                v3, sixteen);
+    }
+    __m512i s = _mm512_setzero_si512();
+    s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
+    s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
+    s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
+    s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
+    return s;
+  }
+
+  /// out[i] = dot(row i, activation) for the 4 rows at w[0..3].
+  static inline void run4(const std::uint8_t* const w[4], std::int64_t nb, const Prep* p,
+                          float out[4]) {
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    const __m512i lane_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
+    const __m512i m1 =
+        _mm512_set_epi32(0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
+                         0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
+                         0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F);
+    const __m512i m2 = _mm512_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0,
+                                        0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0);
+    const __m512i idx_d = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    const __m512i idx_d01 = _mm512_set_epi32(2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0);
+    const __m512i idx_d23 = _mm512_set_epi32(6, 6, 4, 4, 6, 6, 4, 4, 6, 6, 4, 4, 6, 6, 4, 4);
+    const __m512i idx_m = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    // word (2 * dword) of lane q, dword j <- word (j >> 1) * 16 + 2q + (j & 1)
+    const __m512i idx_w = _mm512_set_epi16(0, 23, 0, 22, 0, 7, 0, 6, 0, 21, 0, 20, 0, 5, 0, 4, 0,
+                                           19, 0, 18, 0, 3, 0, 2, 0, 17, 0, 16, 0, 1, 0, 0);
+    const __m512i lowword = _mm512_set1_epi32(0xFFFF);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Prep& pb = p[b];
+      const std::size_t off = static_cast<std::size_t>(b) * sizeof(Block);
+      const Block* x0 = reinterpret_cast<const Block*>(w[0] + off);
+      const Block* x1 = reinterpret_cast<const Block*>(w[1] + off);
+      const Block* x2 = reinterpret_cast<const Block*>(w[2] + off);
+      const Block* x3 = reinterpret_cast<const Block*>(w[3] + off);
+#ifndef KQ_PF
+#define KQ_PF 2
+#endif
+      if (b + KQ_PF < nb) {  // software prefetch two blocks ahead in the four row streams (+~10%)
+        const std::size_t pf = off + KQ_PF * sizeof(Block);
+        for (int i = 0; i < 4; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 64), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 128), _MM_HINT_T0);
+        }
+      }
+      const __m512i i0 = row_sums(x0, pb), i1 = row_sums(x1, pb);
+      const __m512i i2 = row_sums(x2, pb), i3 = row_sums(x3, pb);
+      const __m512i t01 =
+          _mm512_add_epi32(_mm512_unpacklo_epi64(i0, i1), _mm512_unpackhi_epi64(i0, i1));
+      const __m512i t23 =
+          _mm512_add_epi32(_mm512_unpacklo_epi64(i2, i3), _mm512_unpackhi_epi64(i2, i3));
+      // d, dmin, scales[12] of the 4 rows, one row per 128-bit lane
+      __m512i X = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0)));
+      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1)), 1);
+      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x2)), 2);
+      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x3)), 3);
+      const __m512i A =
+          _mm512_srlv_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xED)), lane_shift);
+      const __m512i B =
+          _mm512_srli_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xA5)), 2);
+      const __m512i sm = _mm512_or_si512(_mm512_and_si512(A, m1), _mm512_and_si512(B, m2));
+      const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi32(idx_d, X)));
+      const __m512 kda = _mm512_load_ps(pb.kda);
+      const __m512 d01 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d01, dd), kda);
+      const __m512 d23 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d23, dd), kda);
+      const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm));
+      const __m512i w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sm, 1));
+      const __m512 fs01 = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w01), lowword)), d01);
+      const __m512 fs23 = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w23), lowword)), d23);
+      acc01 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t01), fs01, acc01);
+      acc23 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t23), fs23, acc23);
+      // mins: lane i = row i, 4 partial sums of m * bsp
+      const __m512i mw = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
+      const __m512i mi = _mm512_madd_epi16(mw, _mm512_load_si512(pb.bsp));
+      const __m512 dm = _mm512_mul_ps(_mm512_permutexvar_ps(idx_m, dd), _mm512_set1_ps(pb.kda[0]));
+      accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), dm, accm);
+    }
+    alignas(64) float f01[16], f23[16], fm[16];
+    _mm512_store_ps(f01, acc01);
+    _mm512_store_ps(f23, acc23);
+    _mm512_store_ps(fm, accm);
+    float r[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
+    for (int q = 0; q < 4; ++q) {
+      r[0] += f01[4 * q] + f01[4 * q + 1];
+      r[1] += f01[4 * q + 2] + f01[4 * q + 3];
+      r[2] += f23[4 * q] + f23[4 * q + 1];
+      r[3] += f23[4 * q + 2] + f23[4 * q + 3];
+      for (int i = 0; i < 4; ++i) mr[i] += fm[4 * i + q];
+    }
+    for (int i = 0; i < 4; ++i) out[i] = r[i] - mr[i];
+  }
+
+  /// Rows [0, rows) of w (w_row_bytes apart) against one prepared activation row.
+  static void gemv(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t nb,
+                   const Prep* p, float* y) {
+    std::int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      const std::uint8_t* const rp[4] = {w + r * wrb, w + (r + 1) * wrb, w + (r + 2) * wrb,
+                                         w + (r + 3) * wrb};
+      run4(rp, nb, p, y + r);
+    }
+    if (r < rows) {
+      const std::uint8_t* rp[4];
+      for (int i = 0; i < 4; ++i) rp[i] = w + ((r + i < rows) ? r + i : rows - 1) * wrb;
+      float out[4];
+      run4(rp, nb, p, out);
+      for (int i = 0; r + i < rows; ++i) y[r + i] = out[i];
+    }
+  }
+};
+
+#endif  // AVX-512
+
+// ---------------------------------------------------------------- AVX2 dots
+#if defined(__AVX2__) && defined(__FMA__)
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/// gemm for AVX2 kernels that compute one weight row against NC (1..4) activation rows at a
+/// time (Kernel::run<NC>(row, cols[NC], nb, out[NC])): the unpacked weights of a block are reused
+/// for the NC columns; a row's blocks stay in L1 across its column groups.
+template <class Block, class Kernel>
+void gemm_avx2_cols(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+                    std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n,
+                    float* Y, std::int64_t ldy) {
+  const std::int64_t nb = cols / 256;
+  const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
+  const std::uint8_t* a = static_cast<const std::uint8_t*>(A);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const Block* x = reinterpret_cast<const Block*>(w + r * w_row_bytes);
+    for (std::int64_t j = 0; j < n; j += 4) {
+      const BlockQ8_K* y[4];
+      for (int c = 0; c < 4; ++c) {
+        y[c] = reinterpret_cast<const BlockQ8_K*>(a + (j + c < n ? j + c : j) * a_row_bytes);
+      }
+      float out[4];
+      switch (n - j) {
+        case 1:
+          Kernel::template run<1>(x, y, nb, out);
+          break;
+        case 2:
+          Kernel::template run<2>(x, y, nb, out);
+          break;
+        case 3:
+          Kernel::template run<3>(x, y, nb, out);
+          break;
+        default:
+          Kernel::template run<4>(x, y, nb, out);
+          break;
+      }
+      for (int c = 0; c < 4 && j + c < n; ++c) Y[(j + c) * ldy + r] = out[c];
+    }
+  }
+}
+
+/// Q4_K / Q5_K x Q8_K: maddubs (u8 levels x s8) -> int16 pairs, madd with the sub-block scale
+/// -> int32, per block one float fma; mins from bsums in integer.
+template <class Block, bool HighBit>
+struct Q45Avx2 {
+  template <int NC>
+  static inline void run(const Block* x, const BlockQ8_K* const* y, std::int64_t nb, float* out) {
+    __m256 acc[NC];
+    float accm[NC];
+    for (int c = 0; c < NC; ++c) {
+      acc[c] = _mm256_setzero_ps();
+      accm[c] = 0.0f;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i one = _mm256_set1_epi8(1);
+    for (std::int64_t i = 0; i < nb; ++i) {
+      std::uint8_t sc[8], m[8];
+      unpack_scales_mins(x[i].scales, sc, m);
+      __m256i hbits = _mm256_setzero_si256();
+      if constexpr (HighBit) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
+      __m256i isum[NC];
+      for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * g));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (HighBit) {
+          const __m128i s0 = _mm_cvtsi32_si128(2 * g), s1 = _mm_cvtsi32_si128(2 * g + 1);
+          lo = _mm256_or_si256(
+              lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, s0), one), 4));
+          hi = _mm256_or_si256(
+              hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, s1), one), 4));
+        }
+        const __m256i sl = _mm256_set1_epi16(sc[2 * g]), sh = _mm256_set1_epi16(sc[2 * g + 1]);
+        for (int c = 0; c < NC; ++c) {
+          const std::int8_t* ay = y[c][i].qs + 64 * g;
+          const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ay));
+          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ay + 32));
+          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), sl));
+          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), sh));
+        }
+      }
+      const float dw = _cvtsh_ss(x[i].d), mw = _cvtsh_ss(x[i].dmin);
+      for (int c = 0; c < NC; ++c) {
+        int msum = 0;
+        for (int s = 0; s < 8; ++s)
+          msum += m[s] * (y[c][i].bsums[2 * s] + y[c][i].bsums[2 * s + 1]);
+        acc[c] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(dw * y[c][i].d), acc[c]);
+        accm[c] += (mw * y[c][i].d) * static_cast<float>(msum);
+      }
+    }
+    for (int c = 0; c < NC; ++c) out[c] = hsum256(acc[c]) - accm[c];
+  }
+};
+
+#endif  // AVX2
+
+// ---------------------------------------------------------------- NEON dots
+#if defined(__aarch64__)
+
+/// 16 s8 x s8 products added in groups of 4 (sdot) or pairwise (vmull + vpadal) to int32 lanes.
+template <bool Dot>
+inline int32x4_t sdot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  if constexpr (Dot) return vdotq_s32(acc, a, b);
+#endif
+  int16x8_t p = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+  p = vmlal_high_s8(p, a, b);
+  return vpadalq_s16(acc, p);
+}
+
+template <class Block, bool HighBit, bool Dot>
+inline float dot_q45_neon(const Block* x, const BlockQ8_K* y, std::int64_t nb) {
+  float sumf = 0.0f;
+  const uint8x16_t m4 = vdupq_n_u8(0x0F);
+  const uint8x16_t sixteen = vdupq_n_u8(16);
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::uint8_t sc[8], m[8];
+    unpack_scales_mins(x[i].scales, sc, m);
+    int msum = 0;
+    for (int s = 0; s < 8; ++s) msum += m[s] * (y[i].bsums[2 * s] + y[i].bsums[2 * s + 1]);
+    uint8x16_t h0 = vdupq_n_u8(0), h1 = vdupq_n_u8(0);
+    if constexpr (HighBit) {
+      h0 = vld1q_u8(x[i].qh);
+      h1 = vld1q_u8(x[i].qh + 16);
+    }
+    int isum = 0;
+    for (int g = 0; g < 4; ++g) {
+      const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * g);
+      const uint8x16_t q1 = vld1q_u8(x[i].qs + 32 * g + 16);
+      uint8x16_t l0 = vandq_u8(q0, m4), l1 = vandq_u8(q1, m4);
+      uint8x16_t u0 = vshrq_n_u8(q0, 4), u1 = vshrq_n_u8(q1, 4);
+      if constexpr (HighBit) {
+        const uint8x16_t bl = vdupq_n_u8(static_cast<std::uint8_t>(1u << (2 * g)));
+        const uint8x16_t bh = vdupq_n_u8(static_cast<std::uint8_t>(1u << (2 * g + 1)));
+        l0 = vorrq_u8(l0, vandq_u8(vtstq_u8(h0, bl), sixteen));
+        l1 = vorrq_u8(l1, vandq_u8(vtstq_u8(h1, bl), sixteen));
+        u0 = vorrq_u8(u0, vandq_u8(vtstq_u8(h0, bh), sixteen));
+        u1 = vorrq_u8(u1, vandq_u8(vtstq_u8(h1, bh), sixteen));
+      }
+      const std::int8_t* a = y[i].qs + 64 * g;
+      int32x4_t sl = sdot16<Dot>(vdupq_n_s32(0), vreinterpretq_s8_u8(l0), vld1q_s8(a));
+      sl = sdot16<Dot>(sl, vreinterpretq_s8_u8(l1), vld1q_s8(a + 16));
+      int32x4_t su = sdot16<Dot>(vdupq_n_s32(0), vreinterpretq_s8_u8(u0), vld1q_s8(a + 32));
+      su = sdot16<Dot>(su, vreinterpretq_s8_u8(u1), vld1q_s8(a + 48));
+      isum += sc[2 * g] * vaddvq_s32(sl) + sc[2 * g + 1] * vaddvq_s32(su);
+    }
+    const float d = h2f(x[i].d) * y[i].d;
+    const float dmin = h2f(x[i].dmin) * y[i].d;
+    sumf += d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
+  }
+  return sumf;
+}
+
+#endif  // __aarch64__
+
+/// Registers dequant + gemm of Q4_K (HighBit = false) or Q5_K for ISA tag Tag.
+template <class Tag, bool HighBit>
+void register_q45(FormatKernels& k) {
+  using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
+  k.dequant = HighBit ? &dequant_q5_K : &dequant_q4_K;
+  k.gemm = &gemm_by_dot<Block, &dot_q45_scalar<Block, HighBit>>;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (Tag::isa == Isa::avx2) k.gemm = &gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>;
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+  if constexpr (Tag::isa == Isa::avx512)
+    k.gemm = &gemm512<Q45Fmt512<HighBit, Tag::vnni>, Tag::vnni>;
+#endif
+#if defined(__aarch64__)
+  if constexpr (Tag::isa == Isa::neon) {
+    k.gemm = &gemm_by_dot<Block, &dot_q45_neon<Block, HighBit, Tag::dotprod>>;
+  }
+#endif
+}
+
+}  // namespace kq
+}  // namespace
+}  // namespace nibble::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
