@@ -1,0 +1,180 @@
+// nibble-bench: baselines compiled for the build machine (bench/CMakeLists.txt adds -march=native
+// to this file when NIBBLE_BENCH_NATIVE is ON): the fp32 Eigen products and the memory
+// read-bandwidth kernel that serves as the decode roofline.
+//
+// ODR note: the library and the other benchmark files instantiate Eigen with the default flags.
+// Eigen's heap allocator depends on EIGEN_MAX_ALIGN_BYTES (16 by default on x86-64, 64 with
+// AVX-512), and the linker keeps one copy of each inline Eigen function for the whole program, so
+// this file pins the alignment to the default: only the instruction selection differs here, never
+// the memory layout or the allocator.
+#ifndef EIGEN_MAX_ALIGN_BYTES
+#define EIGEN_MAX_ALIGN_BYTES 16
+#endif
+#ifndef EIGEN_MAX_STATIC_ALIGN_BYTES
+#define EIGEN_MAX_STATIC_ALIGN_BYTES 16
+#endif
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace nibble_bench {
+namespace {
+
+// ---- memory read bandwidth: sum of 64-bit words over an array much larger than the LLC ----
+
+typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
+
+// Sums n words (n a multiple of 16) with four independent vector accumulators, so the loop is
+// bound by loads, not by the add latency. Integer adds: the compiler may not drop or reorder
+// anything that changes the result, and no -ffast-math is needed.
+std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) {
+  U64x4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i < n; i += 16) {
+    U64x4 x0, x1, x2, x3;
+    std::memcpy(&x0, p + i, 32);
+    std::memcpy(&x1, p + i + 4, 32);
+    std::memcpy(&x2, p + i + 8, 32);
+    std::memcpy(&x3, p + i + 12, 32);
+    a0 += x0;
+    a1 += x1;
+    a2 += x2;
+    a3 += x3;
+  }
+  const U64x4 s = (a0 + a1) + (a2 + a3);
+  return s[0] + s[1] + s[2] + s[3];
+}
+
+// Each of `threads` workers sums one contiguous slice.
+std::uint64_t parallel_sum(const std::uint64_t* p, std::size_t n, int threads) {
+  const std::size_t chunk = (n / 16 + threads - 1) / threads * 16;
+  std::vector<std::uint64_t> part(static_cast<std::size_t>(threads), 0);
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const std::size_t b = std::min(n, chunk * static_cast<std::size_t>(t));
+    const std::size_t e = std::min(n, b + chunk);
+    part[static_cast<std::size_t>(t)] = sum_words(p + b, e - b);
+  }
+#else
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const std::size_t b = std::min(n, chunk * static_cast<std::size_t>(t));
+      const std::size_t e = std::min(n, b + chunk);
+      part[static_cast<std::size_t>(t)] = sum_words(p + b, e - b);
+    });
+  }
+  for (auto& th : pool) th.join();
+#endif
+  std::uint64_t s = 0;
+  for (std::uint64_t v : part) s += v;
+  return s;
+}
+
+void run_membw(benchmark::State& st, int threads) {
+  release_weights();
+  Buffer& buf = membw_slot();
+  if (!buf.data()) buf = make_buffer(config().membw_bytes);
+  const std::size_t words = buf.bytes / sizeof(std::uint64_t) / 16 * 16;
+  const auto* p = buf.as<const std::uint64_t>();
+  for (auto _ : st) {
+    std::uint64_t s = parallel_sum(p, words, threads);
+    benchmark::DoNotOptimize(s);
+  }
+  set_rates(st, static_cast<double>(words * sizeof(std::uint64_t)), 0);
+  st.SetLabel("read roofline: " + std::to_string(buf.bytes >> 20) + " MiB array, LLC " +
+              std::to_string(config().llc_bytes >> 20) + " MiB");
+}
+
+// ---- Eigen fp32 products ----
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void run_eigen(benchmark::State& st, Shape s, int n, int threads) {
+  const bool cold = n == 1;
+  try {
+    const WeightSet& w = weight_set(nibble::Format::f32, s);
+    Eigen::setNbThreads(threads);
+    const std::vector<float> X = activations(n, s.cols);
+    std::vector<float> Y(static_cast<std::size_t>(n * s.rows));
+    auto call = [&](const void* W) {
+      Eigen::Map<const RowMat> Wm(static_cast<const float*>(W), s.rows, s.cols);
+      if (n == 1) {
+        Eigen::Map<const Eigen::VectorXf> x(X.data(), s.cols);
+        Eigen::Map<Eigen::VectorXf> y(Y.data(), s.rows);
+        y.noalias() = Wm * x;
+      } else {
+        Eigen::Map<const RowMat> Xm(X.data(), n, s.cols);
+        Eigen::Map<RowMat> Ym(Y.data(), n, s.rows);
+        Ym.noalias() = Xm * Wm.transpose();
+      }
+    };
+    call(w.copy(0));
+    const std::string err = check_product(w, X.data(), n, Y.data(), 1e-4);
+    if (!err.empty()) {
+      st.SkipWithError(err.c_str());
+      return;
+    }
+    for (auto _ : st) {
+      call(cold ? w.next_cold() : w.copy(0));
+      benchmark::DoNotOptimize(Y.data());
+      benchmark::ClobberMemory();
+    }
+    set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
+    std::string label = cache_label(w, cold);
+    if (n == 1 && threads > 1) label += "; Eigen's GEMV is single-threaded";
+    if (Eigen::nbThreads() != threads) label += "; Eigen built without OpenMP: 1 thread";
+    st.SetLabel(label);
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  }
+}
+
+}  // namespace
+
+void register_membw(const std::vector<int>& threads) {
+  for (int t : threads) {
+    const std::string name = "membw/read/sum/" + std::to_string(config().membw_bytes >> 20) +
+                             "MiB/threads:" + std::to_string(t) + "/cold";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_membw(st, t); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+void register_eigen_products(Shape s) {
+  for (int n : batch_sizes()) {
+    for (int t : thread_counts()) {
+      const std::string name =
+          bench_name(n == 1 ? "gemv" : "gemm", "f32", "eigen", s, n, t, n == 1 ? "cold" : "warm");
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [=](benchmark::State& st) { run_eigen(st, s, n, t); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> native_context() {
+  std::vector<std::pair<std::string, std::string>> c;
+  c.emplace_back("eigen_simd", Eigen::SimdInstructionSetsInUse());
+#if defined(NIBBLE_BENCH_NATIVE)
+  c.emplace_back("baselines_compiled_for", "-march=native (build machine)");
+#else
+  c.emplace_back("baselines_compiled_for", "default target");
+#endif
+  return c;
+}
+
+}  // namespace nibble_bench

@@ -1,0 +1,163 @@
+// nibble-bench: entry point. Prepares the environment (OpenBLAS core type and thread count must be
+// fixed before OpenBLAS initializes, which happens when the process loads it, so the program
+// re-executes itself once with a clean environment), handles nibble-bench's own flags, registers
+// every benchmark, and runs them through Google Benchmark.
+//
+// Own flags (removed before benchmark::Initialize sees argv):
+//   --summary            run a short set (unless --benchmark_filter is given) and print a table
+//                        of ratios: nibble vs fp32 OpenBLAS/Eigen, vs the bandwidth roofline,
+//                        vs the scalar path
+//   --llc_bytes=N        last-level cache size for the cold rotation (default: detected)
+//   --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)
+//   --membw_bytes=N      array size of the memory-bandwidth kernel (default max(4 * LLC, 1 GiB))
+//   --calib              also register the slow calibration benchmarks (AWQ, GPTQ 11008x4096)
+//   --keep_openblas_env  do not re-execute (keep OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS)
+// Defaults added unless given: --benchmark_min_time=0.2.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "summary.hpp"
+
+namespace {
+
+bool starts_with(const char* s, const char* prefix) {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+// OpenBLAS reads OPENBLAS_CORETYPE (which may force e.g. Haswell kernels on an AVX-512 machine)
+// and OPENBLAS_NUM_THREADS in its load-time constructor. Unset the first and pin the second, then
+// re-execute this program so the new values are seen from the start.
+void reexec_for_openblas(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--keep_openblas_env") == 0) return;
+  }
+  if (std::getenv("NIBBLE_BENCH_REEXECED")) return;
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  const char* nthreads = std::getenv("OPENBLAS_NUM_THREADS");
+  const std::string want_threads = std::to_string(nibble_bench::thread_counts().back());
+  if (!core && nthreads && want_threads == nthreads) return;
+  if (core) {
+    setenv("NIBBLE_BENCH_UNSET_OPENBLAS_CORETYPE", core, 1);
+    unsetenv("OPENBLAS_CORETYPE");
+  }
+  setenv("OPENBLAS_NUM_THREADS", want_threads.c_str(), 1);
+  setenv("NIBBLE_BENCH_REEXECED", "1", 1);
+  execv("/proc/self/exe", argv);
+  std::perror("nibble-bench: re-exec failed; OpenBLAS keeps its original environment");
+}
+
+std::string isa_list(const std::vector<nibble::Isa>& isas) {
+  std::string s;
+  for (nibble::Isa i : isas) s += std::string(s.empty() ? "" : ",") + nibble::isa_name(i);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  reexec_for_openblas(argc, argv);
+
+  using nibble_bench::config;
+  config().llc_bytes = nibble_bench::detect_llc_bytes();
+  bool summary = false, calib = false, list_only = false, has_min_time = false, has_filter = false,
+       json_display = false;
+  std::size_t membw_bytes = 0;
+  std::vector<char*> args;
+  args.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--summary") == 0) {
+      summary = true;
+    } else if (std::strcmp(a, "--calib") == 0) {
+      calib = true;
+    } else if (starts_with(a, "--llc_bytes=")) {
+      config().llc_bytes = std::strtoull(a + 12, nullptr, 10);
+    } else if (starts_with(a, "--cold_factor=")) {
+      config().cold_factor = std::strtod(a + 14, nullptr);
+    } else if (starts_with(a, "--membw_bytes=")) {
+      membw_bytes = std::strtoull(a + 14, nullptr, 10);
+    } else if (std::strcmp(a, "--keep_openblas_env") == 0) {
+    } else {
+      if (starts_with(a, "--benchmark_min_time")) has_min_time = true;
+      if (starts_with(a, "--benchmark_filter")) has_filter = true;
+      if (std::strcmp(a, "--benchmark_format=json") == 0) json_display = true;
+      if (starts_with(a, "--benchmark_list_tests")) list_only = true;
+      args.push_back(argv[i]);
+    }
+  }
+  if (config().llc_bytes == 0) config().llc_bytes = std::size_t{32} << 20;
+  if (!(config().cold_factor > 0)) config().cold_factor = 2.0;
+  config().membw_bytes = membw_bytes
+                             ? membw_bytes
+                             : std::max<std::size_t>(4 * config().llc_bytes, std::size_t{1} << 30);
+
+  static char min_time[] = "--benchmark_min_time=0.2";
+  static char summary_filter[] =
+      "--benchmark_filter=^(membw/|(gemv|gemm)/[^/]+/[^/]+/4096x4096/n:(1|64)/)";
+  if (!has_min_time) args.push_back(min_time);
+  if (summary && !has_filter) args.push_back(summary_filter);
+  int bargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&bargc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(bargc, args.data())) return 1;
+
+  const std::vector<nibble::Isa> isas = nibble::available_isas();
+  benchmark::AddCustomContext("nibble_isas", isa_list(isas));
+  benchmark::AddCustomContext("nibble_best_isa", nibble::isa_name(nibble::best_isa()));
+  benchmark::AddCustomContext("llc_bytes", std::to_string(config().llc_bytes));
+  {
+    std::ostringstream os;
+    os << config().cold_factor;
+    benchmark::AddCustomContext("cold_factor", os.str());
+  }
+  benchmark::AddCustomContext("membw_bytes", std::to_string(config().membw_bytes));
+  if (const char* c = std::getenv("NIBBLE_BENCH_UNSET_OPENBLAS_CORETYPE")) {
+    benchmark::AddCustomContext("openblas_coretype_unset", c);
+  }
+  for (const auto& kv : nibble_bench::blas_context()) {
+    benchmark::AddCustomContext(kv.first, kv.second);
+  }
+  for (const auto& kv : nibble_bench::native_context()) {
+    benchmark::AddCustomContext(kv.first, kv.second);
+  }
+
+  // Registration order = run order: the roofline first (its array is freed before any weights
+  // are allocated), then per shape and format all products sharing one cached weight set.
+  nibble_bench::register_membw(nibble_bench::thread_counts());
+  for (const nibble_bench::Shape& s : nibble_bench::model_shapes()) {
+    for (nibble::Format f : nibble_bench::weight_formats()) {
+      nibble_bench::register_nibble_products(s, f, isas);
+      if (f == nibble::Format::f32) {
+        nibble_bench::register_blas_products(s);
+        nibble_bench::register_eigen_products(s);
+      }
+    }
+  }
+  nibble_bench::register_quantizers(isas);
+  nibble_bench::register_calibration(calib);
+
+  if (summary) {
+    std::unique_ptr<benchmark::BenchmarkReporter> display;
+    if (json_display) {
+      display = std::make_unique<benchmark::JSONReporter>();
+    } else {
+      display = std::make_unique<benchmark::ConsoleReporter>(
+          isatty(1) ? benchmark::ConsoleReporter::OO_Color : benchmark::ConsoleReporter::OO_None);
+    }
+    nibble_bench::SummaryReporter rep(std::move(display));
+    benchmark::RunSpecifiedBenchmarks(&rep);
+    if (!list_only) rep.print_table(json_display ? stderr : stdout);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,153 @@
+// nibble-bench: the --summary ratio table (see summary.hpp).
+#include "summary.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <tuple>
+
+namespace nibble_bench {
+namespace {
+
+// A benchmark name split into its fields: kernel/format/impl/shape[/n:N]/threads:T[/cache].
+struct Key {
+  std::string kernel, format, impl, shape, cache;
+  int n = -1, threads = 1;
+};
+
+Key parse(const std::string& name) {
+  Key k;
+  std::vector<std::string> plain;
+  std::stringstream ss(name);
+  std::string tok;
+  while (std::getline(ss, tok, '/')) {
+    if (tok.rfind("n:", 0) == 0) {
+      k.n = std::atoi(tok.c_str() + 2);
+    } else if (tok.rfind("threads:", 0) == 0) {
+      k.threads = std::atoi(tok.c_str() + 8);
+    } else if (tok == "real_time") {
+    } else {
+      plain.push_back(tok);
+    }
+  }
+  if (plain.size() > 0) k.kernel = plain[0];
+  if (plain.size() > 1) k.format = plain[1];
+  if (plain.size() > 2) k.impl = plain[2];
+  if (plain.size() > 3) k.shape = plain[3];
+  if (plain.size() > 4) k.cache = plain[4];
+  return k;
+}
+
+Measured from_run(const benchmark::BenchmarkReporter::Run& r) {
+  Measured m;
+  const double iters = r.iterations > 0 ? static_cast<double>(r.iterations) : 1.0;
+  m.seconds = r.real_accumulated_time / iters;
+  auto it = r.counters.find("bytes_per_second");
+  if (it != r.counters.end()) m.bytes_per_second = it->second.value;
+  it = r.counters.find("FLOP/s");
+  if (it != r.counters.end()) m.flops = it->second.value;
+  return m;
+}
+
+std::string strip_time_suffix(std::string s) {
+  const std::string suffix = "/real_time";
+  if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    s.resize(s.size() - suffix.size());
+  return s;
+}
+
+}  // namespace
+
+bool SummaryReporter::ReportContext(const Context& context) {
+  return display_->ReportContext(context);
+}
+
+void SummaryReporter::ReportRuns(const std::vector<Run>& report) {
+  display_->ReportRuns(report);
+  for (const Run& r : report) {
+    if (r.error_occurred) continue;
+    const std::string base = strip_time_suffix(r.run_name.str());
+    if (r.run_type == Run::RT_Aggregate) {
+      // Aggregates hold the statistic of the accumulated times over the repetitions' common
+      // iteration count, so from_run's division applies to them too.
+      if (r.aggregate_name == "median") medians_[base] = from_run(r);
+    } else {
+      runs_[base].push_back(from_run(r));
+    }
+  }
+}
+
+void SummaryReporter::Finalize() {
+  display_->Finalize();
+}
+
+void SummaryReporter::print_table(std::FILE* out) const {
+  // Collapse repetitions: the median aggregate when reported, else the median iteration run.
+  std::map<std::string, Measured> best;
+  for (const auto& [name, v] : runs_) {
+    std::vector<Measured> s = v;
+    std::sort(s.begin(), s.end(),
+              [](const Measured& a, const Measured& b) { return a.seconds < b.seconds; });
+    best[name] = s[s.size() / 2];
+  }
+  for (const auto& [name, m] : medians_) best[name] = m;
+
+  std::map<int, double> roof;  // threads -> membw bytes/s
+  std::map<std::tuple<std::string, std::string, int, int, std::string>, double> time_of;
+  // (format/impl, shape, n, threads, kernel) -> seconds
+  for (const auto& [name, m] : best) {
+    const Key k = parse(name);
+    if (k.kernel == "membw") roof[k.threads] = m.bytes_per_second;
+    time_of[{k.format + "/" + k.impl, k.shape, k.n, k.threads, k.kernel}] = m.seconds;
+  }
+  auto lookup = [&](const std::string& fi, const Key& k) -> double {
+    auto it = time_of.find({fi, k.shape, k.n, k.threads, k.kernel});
+    return it == time_of.end() ? 0.0 : it->second;
+  };
+
+  std::fprintf(out,
+               "\nnibble-bench summary (ratios from this run; xBLAS/xEigen/xScalar = their time / "
+               "this time, >1 means faster;\n%%roof = weight bytes/s / memory read bytes/s at the "
+               "same thread count, cold decode only)\n");
+  for (const auto& [t, bw] : roof) {
+    std::fprintf(out, "memory read roofline, %d thread(s): %.1f GB/s\n", t, bw / 1e9);
+  }
+  std::fprintf(out, "%-5s %-11s %4s %3s %-7s %-9s %11s %8s %9s %7s %7s %6s %8s\n", "kern", "shape",
+               "n", "thr", "format", "impl", "time_us", "wGB/s", "GFLOP/s", "xBLAS", "xEigen",
+               "%roof", "xScalar");
+  std::vector<std::pair<Key, Measured>> rows;
+  for (const auto& [name, m] : best) {
+    Key k = parse(name);
+    if (k.kernel == "gemv" || k.kernel == "gemm") rows.emplace_back(k, m);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first.shape, a.first.n, a.first.threads) <
+           std::tie(b.first.shape, b.first.n, b.first.threads);
+  });
+  auto ratio = [](double num, double den, char* buf, std::size_t len) {
+    if (num > 0 && den > 0) {
+      std::snprintf(buf, len, "%.2f", num / den);
+    } else {
+      std::snprintf(buf, len, "-");
+    }
+  };
+  for (const auto& [k, m] : rows) {
+    char xb[32], xe[32], xr[32], xs[32];
+    ratio(lookup("f32/openblas", k), m.seconds, xb, sizeof xb);
+    ratio(lookup("f32/eigen", k), m.seconds, xe, sizeof xe);
+    const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
+    if (k.n == 1 && bw > 0) {
+      std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
+    } else {
+      std::snprintf(xr, sizeof xr, "-");
+    }
+    const bool is_nibble = k.impl != "openblas" && k.impl != "eigen" && k.impl != "scalar";
+    ratio(is_nibble ? lookup(k.format + "/scalar", k) : 0.0, m.seconds, xs, sizeof xs);
+    std::fprintf(out, "%-5s %-11s %4d %3d %-7s %-9s %11.1f %8.2f %9.1f %7s %7s %6s %8s\n",
+                 k.kernel.c_str(), k.shape.c_str(), k.n, k.threads, k.format.c_str(),
+                 k.impl.c_str(), m.seconds * 1e6, m.bytes_per_second / 1e9, m.flops / 1e9, xb, xe,
+                 xr, xs);
+  }
+}
+
+}  // namespace nibble_bench

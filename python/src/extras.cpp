@@ -1,0 +1,409 @@
+// nibble Python bindings: calibration (Hessian, GPTQ, AWQ, SmoothQuant) and GGUF reading, each
+// bound only when its header exists in this source tree.
+#include <pybind11/eigen.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nibble/nibble.hpp"
+
+#if __has_include("nibble/quant/hessian.hpp") && __has_include("nibble/quant/gptq.hpp")
+#define NIBBLE_PY_GPTQ 1
+#include "nibble/quant/gptq.hpp"
+#include "nibble/quant/hessian.hpp"
+#endif
+#if __has_include("nibble/quant/awq.hpp")
+#define NIBBLE_PY_AWQ 1
+#include "nibble/quant/awq.hpp"
+#endif
+#if __has_include("nibble/quant/smoothquant.hpp")
+#define NIBBLE_PY_SMOOTHQUANT 1
+#include "nibble/quant/smoothquant.hpp"
+#endif
+
+#if __has_include("nibble/io/gguf.hpp")
+#define NIBBLE_PY_GGUF 1
+#include "nibble/io/gguf.hpp"
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+[[maybe_unused]] nibble::Format format_by_name(const std::string& name) {
+  for (nibble::Format f : {nibble::Format::q4_K, nibble::Format::q5_K, nibble::Format::q6_K,
+                           nibble::Format::q8_0, nibble::Format::f32, nibble::Format::f16,
+                           nibble::Format::q8_K, nibble::Format::nf4, nibble::Format::fp4}) {
+    if (name == nibble::traits(f).name) return f;
+  }
+  throw py::value_error("unknown format '" + name + "'");
+}
+
+// (rows, cols) float matrix argument -> Eigen (column-major copy); ValueError on other shapes.
+[[maybe_unused]] Eigen::MatrixXf as_matrix(const py::handle& obj, const char* what) {
+  py::array a = py::array::ensure(obj);
+  if (!a || (a.dtype().kind() != 'f' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')) {
+    throw py::value_error(std::string(what) + " must be a float array");
+  }
+  F32Array f = F32Array::ensure(a);
+  if (f.ndim() != 2) {
+    throw py::value_error(std::string(what) + " must be 2-D, got " + std::to_string(f.ndim()) +
+                          " dimensions");
+  }
+  Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> m(
+      f.data(), f.shape(0), f.shape(1));
+  return Eigen::MatrixXf(m);
+}
+
+#if defined(NIBBLE_PY_GGUF)
+
+// A parsed GGUF file plus whatever keeps its bytes alive (the mapping, or a Python bytes object).
+struct PyGguf {
+  nibble::gguf::File file;
+  py::object owner;  // parse(): the bytes object the File points into
+};
+
+py::dtype gguf_dtype(nibble::gguf::ValueType t) {
+  using VT = nibble::gguf::ValueType;
+  switch (t) {
+    case VT::u8:
+      return py::dtype::of<std::uint8_t>();
+    case VT::i8:
+      return py::dtype::of<std::int8_t>();
+    case VT::u16:
+      return py::dtype::of<std::uint16_t>();
+    case VT::i16:
+      return py::dtype::of<std::int16_t>();
+    case VT::u32:
+      return py::dtype::of<std::uint32_t>();
+    case VT::i32:
+      return py::dtype::of<std::int32_t>();
+    case VT::f32:
+      return py::dtype::of<float>();
+    case VT::boolean:
+      return py::dtype::of<bool>();
+    case VT::u64:
+      return py::dtype::of<std::uint64_t>();
+    case VT::i64:
+      return py::dtype::of<std::int64_t>();
+    case VT::f64:
+      return py::dtype::of<double>();
+    default:
+      break;
+  }
+  throw py::value_error("gguf: no NumPy dtype for this value type");
+}
+
+py::object utf8(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
+// Metadata value -> Python: int / float / bool / str, NumPy array for arrays of scalars, list
+// for arrays of strings or of arrays.
+py::object gguf_value(const nibble::gguf::Value& v) {
+  using VT = nibble::gguf::ValueType;
+  switch (v.type) {
+    case VT::boolean:
+      return py::bool_(v.bits != 0);
+    case VT::u64:
+      return py::int_(static_cast<unsigned long long>(v.bits));
+    case VT::f32:
+    case VT::f64:
+      return py::float_(v.as_double());
+    case VT::string:
+      return utf8(v.str);
+    case VT::array: {
+      if (v.elem == VT::string) {
+        py::list l;
+        for (const std::string& s : v.strings) l.append(utf8(s));
+        return std::move(l);
+      }
+      if (v.elem == VT::array) {
+        py::list l;
+        for (const auto& item : v.items) l.append(gguf_value(item));
+        return std::move(l);
+      }
+      const std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(v.count)};
+      py::array a(gguf_dtype(v.elem), shape);
+      if (!v.raw.empty()) std::memcpy(a.mutable_data(), v.raw.data(), v.raw.size());
+      return std::move(a);
+    }
+    default:
+      return py::int_(v.as_int());
+  }
+}
+
+const nibble::gguf::TensorInfo& gguf_tensor(const PyGguf& g, const std::string& name) {
+  const nibble::gguf::TensorInfo* t = g.file.find_tensor(name);
+  if (!t) throw py::key_error("gguf: no tensor named '" + name + "'");
+  return *t;
+}
+
+#endif
+
+}  // namespace
+
+void bind_extras(py::module_& m) {
+  std::vector<std::string> bound;
+
+#if defined(NIBBLE_PY_GPTQ)
+  bound.emplace_back("Hessian");
+  py::class_<nibble::Hessian>(m, "Hessian",
+                              "GPTQ layer Hessian H = 2/n sum_t x_t x_t^T over calibration tokens.")
+      .def(py::init<std::int64_t>(), py::arg("cols"))
+      .def(
+          "add_batch",
+          [](nibble::Hessian& h, const py::handle& x_obj) {
+            py::array a = py::array::ensure(x_obj);
+            if (!a || a.dtype().kind() != 'f') throw py::value_error("X must be a float array");
+            F32Array x = F32Array::ensure(a);
+            if (x.ndim() != 2 || x.shape(1) != h.cols()) {
+              throw py::value_error("X must have shape (tokens, " + std::to_string(h.cols()) + ")");
+            }
+            const float* p = x.data();
+            const std::int64_t tokens = x.shape(0);
+            py::gil_scoped_release release;
+            h.add_batch(p, tokens);
+          },
+          py::arg("X"), "Adds (tokens, cols) activations.")
+      .def_property_readonly(
+          "matrix", [](const nibble::Hessian& h) { return h.matrix(); },
+          "H as a (cols, cols) float32 array (a copy).")
+      .def_property_readonly("tokens", &nibble::Hessian::tokens)
+      .def_property_readonly("cols", &nibble::Hessian::cols);
+
+  bound.emplace_back("gptq");
+  py::module_ g = m.def_submodule("gptq", "GPTQ (IST-DASLab/gptq and AutoGPTQ conventions)");
+  auto make_cfg = [](int bits, int group_size, bool sym, bool act_order, bool static_groups,
+                     int block_size, float percdamp, bool mse) {
+    nibble::gptq::Config c;
+    c.bits = bits;
+    c.group_size = group_size;
+    c.sym = sym;
+    c.act_order = act_order;
+    c.static_groups = static_groups;
+    c.block_size = block_size;
+    c.percdamp = percdamp;
+    c.mse = mse;
+    return c;
+  };
+  g.def(
+      "quantize",
+      [make_cfg](const py::handle& W, const py::handle& H, int bits, int group_size, bool sym,
+                 bool act_order, bool static_groups, int block_size, float percdamp, bool mse) {
+        const Eigen::MatrixXf w = as_matrix(W, "W"), h = as_matrix(H, "H");
+        const nibble::gptq::Config cfg =
+            make_cfg(bits, group_size, sym, act_order, static_groups, block_size, percdamp, mse);
+        nibble::gptq::Result r;
+        {
+          py::gil_scoped_release release;
+          r = nibble::gptq::quantize(w, h, cfg);
+        }
+        py::dict d;
+        d["Q"] = r.Q;
+        d["scale"] = r.scale;
+        d["zero"] = r.zero;
+        d["g_idx"] =
+            py::array_t<std::int32_t>(static_cast<py::ssize_t>(r.g_idx.size()), r.g_idx.data());
+        d["loss"] = r.loss;
+        return d;
+      },
+      py::arg("W"), py::arg("H"), py::arg("bits") = 4, py::arg("group_size") = 128,
+      py::arg("sym") = false, py::arg("act_order") = false, py::arg("static_groups") = false,
+      py::arg("block_size") = 128, py::arg("percdamp") = 0.01f, py::arg("mse") = false,
+      "GPTQ of W (out, in) with Hessian H (in, in). Returns a dict: Q (dequantized weights),\n"
+      "scale, zero (out, n_groups), g_idx (in,), loss.");
+  g.def(
+      "quantize_blocks",
+      [make_cfg](const std::string& format, const py::handle& W, const py::handle& H,
+                 int block_size, float percdamp) {
+        const nibble::Format f = format_by_name(format);
+        const Eigen::MatrixXf w = as_matrix(W, "W"), h = as_matrix(H, "H");
+        const nibble::gptq::Config cfg =
+            make_cfg(4, 128, false, false, false, block_size, percdamp, false);
+        std::vector<std::uint8_t> b;
+        {
+          py::gil_scoped_release release;
+          b = nibble::gptq::quantize_blocks(f, w, h, cfg);
+        }
+        const auto rows = static_cast<py::ssize_t>(w.rows());
+        const auto rb = static_cast<py::ssize_t>(nibble::row_bytes(f, w.cols()));
+        py::array_t<std::uint8_t> out({rows, rb});
+        if (!b.empty()) std::memcpy(out.mutable_data(), b.data(), b.size());
+        return out;
+      },
+      py::arg("format"), py::arg("W"), py::arg("H"), py::arg("block_size") = 128,
+      py::arg("percdamp") = 0.01f,
+      "GPTQ into K-quant blocks (q4_K / q5_K / q6_K). Returns uint8 (rows, row_bytes).");
+#endif
+
+#if defined(NIBBLE_PY_AWQ)
+  bound.emplace_back("awq");
+  py::module_ a = m.def_submodule("awq", "AWQ scale and clip search (llm-awq)");
+  a.def(
+      "activation_mean",
+      [](const py::handle& X) { return nibble::awq::activation_mean(as_matrix(X, "X")); },
+      py::arg("X"), "Mean |x| per input channel of X (tokens, in).");
+  a.def(
+      "search",
+      [](const py::handle& W, const py::handle& X, int bits, int group_size, bool zero_point,
+         int n_grid, bool clip, float max_shrink, int clip_grid, int n_sample_token) {
+        const Eigen::MatrixXf w = as_matrix(W, "W"), x = as_matrix(X, "X");
+        nibble::awq::Config cfg;
+        cfg.bits = bits;
+        cfg.group_size = group_size;
+        cfg.zero_point = zero_point;
+        cfg.n_grid = n_grid;
+        cfg.clip = clip;
+        cfg.max_shrink = max_shrink;
+        cfg.clip_grid = clip_grid;
+        cfg.n_sample_token = n_sample_token;
+        nibble::awq::Result r;
+        {
+          py::gil_scoped_release release;
+          r = nibble::awq::search(w, x, cfg);
+        }
+        py::dict d;
+        d["scales"] = r.scales;
+        d["best_ratio"] = r.best_ratio;
+        d["clip_max"] = r.clip_max;
+        d["W_eff"] = r.W_eff;
+        return d;
+      },
+      py::arg("W"), py::arg("X"), py::arg("bits") = 4, py::arg("group_size") = 128,
+      py::arg("zero_point") = true, py::arg("n_grid") = 20, py::arg("clip") = true,
+      py::arg("max_shrink") = 0.5f, py::arg("clip_grid") = 20, py::arg("n_sample_token") = 512,
+      "AWQ search for W (out, in) with calibration inputs X (tokens, in). Returns a dict:\n"
+      "scales (in,), best_ratio, clip_max (out, n_groups), W_eff (out, in).");
+#endif
+
+#if defined(NIBBLE_PY_SMOOTHQUANT)
+  bound.emplace_back("smoothquant");
+  py::module_ s = m.def_submodule("smoothquant", "SmoothQuant smoothing factors");
+  s.def(
+      "act_absmax",
+      [](const py::handle& X) { return nibble::smoothquant::act_absmax(as_matrix(X, "X")); },
+      py::arg("X"), "max over tokens of |x| per input channel of X (tokens, in).");
+  s.def(
+      "scales",
+      [](const py::handle& act_absmax, const py::handle& W, float alpha) {
+        py::array v = py::array::ensure(act_absmax);
+        if (!v || v.ndim() != 1) throw py::value_error("act_absmax must be a 1-D float array");
+        F32Array f = F32Array::ensure(v);
+        const Eigen::VectorXf am = Eigen::Map<const Eigen::VectorXf>(f.data(), f.shape(0));
+        return nibble::smoothquant::scales(am, as_matrix(W, "W"), alpha);
+      },
+      py::arg("act_absmax"), py::arg("W"), py::arg("alpha") = 0.5f,
+      "Smoothing factors s (in,): x' = x / s, W' = W * s.");
+#endif
+
+#if defined(NIBBLE_PY_GGUF)
+  bound.emplace_back("gguf");
+  py::module_ gg = m.def_submodule("gguf", "GGUF v2/v3 reading (checked, zero-copy)");
+  py::class_<PyGguf>(gg, "File", "A parsed GGUF file; tensor data are views into its bytes.")
+      .def_property_readonly("version", [](const PyGguf& g) { return g.file.version; })
+      .def_property_readonly("alignment", [](const PyGguf& g) { return g.file.alignment; })
+      .def_property_readonly("data_offset", [](const PyGguf& g) { return g.file.data_offset; })
+      .def_property_readonly("file_size", [](const PyGguf& g) { return g.file.file_size; })
+      .def_property_readonly(
+          "metadata",
+          [](const PyGguf& g) {
+            py::dict d;  // insertion order = file order
+            for (const auto& kv : g.file.metadata) d[utf8(kv.key)] = gguf_value(kv.value);
+            return d;
+          },
+          "dict key -> value, in file order")
+      .def_property_readonly(
+          "tensors",
+          [](const PyGguf& g) {
+            py::list l;
+            for (const auto& t : g.file.tensors) {
+              py::dict d;
+              d["name"] = utf8(t.name);
+              d["shape"] = t.shape;
+              d["type"] = t.type;
+              const auto info = nibble::gguf::type_info(t.type);
+              d["type_name"] = info.name ? py::str(info.name) : py::str("?");
+              d["offset"] = t.offset;
+              d["nbytes"] = t.nbytes;
+              l.append(d);
+            }
+            return l;
+          },
+          "list of dicts: name, shape (ne[0] first, as in GGUF), type, type_name, offset, nbytes")
+      .def(
+          "tensor_data",
+          [](py::object self, const std::string& name) {
+            const PyGguf& g = self.cast<const PyGguf&>();
+            const auto& t = gguf_tensor(g, name);
+            const std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(t.nbytes)};
+            const std::vector<py::ssize_t> strides = {1};
+            py::array a(py::dtype::of<std::uint8_t>(), shape, strides, t.data, self);
+            py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+            return a;
+          },
+          py::arg("name"), "The raw bytes of a tensor: a read-only uint8 view (no copy).")
+      .def(
+          "tensor",
+          [](const PyGguf& g, const std::string& name) {
+            const auto& t = gguf_tensor(g, name);
+            const auto info = nibble::gguf::type_info(t.type);
+            nibble::Format f{};
+            bool found = false;
+            for (nibble::Format c : {nibble::Format::f32, nibble::Format::f16, nibble::Format::q8_0,
+                                     nibble::Format::q4_K, nibble::Format::q5_K,
+                                     nibble::Format::q6_K, nibble::Format::q8_K}) {
+              if (nibble::traits(c).gguf_type == static_cast<int>(t.type)) {
+                f = c;
+                found = true;
+              }
+            }
+            if (!found) {
+              throw py::value_error("gguf: tensor '" + name + "' has type " +
+                                    (info.name ? info.name : "?") +
+                                    ", which nibble cannot dequantize");
+            }
+            std::vector<py::ssize_t> shape(t.shape.rbegin(), t.shape.rend());
+            py::array_t<float> out(shape);
+            const std::int64_t cols = t.shape.empty() ? 0 : t.shape[0];
+            const std::int64_t rows = cols ? t.elements() / cols : 0;
+            const void* src = t.data;
+            float* dst = out.mutable_data();
+            py::gil_scoped_release release;
+            nibble::dequantize(f, src, rows, cols, dst);
+            return out;
+          },
+          py::arg("name"),
+          "A tensor dequantized to float32, shape reversed to NumPy order (rows, cols).");
+  gg.def(
+      "open",
+      [](const std::string& path) {
+        PyGguf g;
+        g.file = nibble::gguf::File::open(path);
+        return g;
+      },
+      py::arg("path"), "Maps and parses a GGUF file (nibble.Error if malformed).");
+  gg.def(
+      "parse",
+      [](py::bytes data) {
+        PyGguf g;
+        char* p = nullptr;
+        Py_ssize_t n = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
+        g.file = nibble::gguf::File::parse(p, static_cast<std::size_t>(n));
+        g.owner = data;
+        return g;
+      },
+      py::arg("data"), "Parses GGUF bytes (kept alive by the returned File).");
+#endif
+
+  m.attr("_extras") = bound;
+}
