@@ -17,10 +17,8 @@
 
 namespace nibble {
 namespace detail {
+
 namespace {
-
-constexpr std::int64_t kRowQuantum = 16;  // row chunks are multiples of this
-
 int hardware_threads() {
 #if defined(NIBBLE_HAVE_OPENMP)
   return std::max(1, omp_get_max_threads());
@@ -29,6 +27,7 @@ int hardware_threads() {
   return h == 0 ? 1 : static_cast<int>(h);
 #endif
 }
+}  // namespace
 
 int wanted_threads(const Context& ctx) {
   return ctx.threads > 0 ? ctx.threads : hardware_threads();
@@ -42,6 +41,8 @@ std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts) {
   c = (c + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
   return std::max<std::int64_t>(c, kRowQuantum);
 }
+
+namespace {
 
 // Tasks for `rows` rows of `work_per_row` multiply-adds: one per thread, none for tiny work.
 std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_row) {

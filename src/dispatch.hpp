@@ -51,6 +51,14 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
 
 /// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
 /// threads (0 = all), else serially.
+/// Rows per task are multiples of this (keeps tiles whole, no false sharing on outputs).
+constexpr std::int64_t kRowQuantum = 16;
+/// Threads a parallel region of `ctx` may use (ctx.threads, or all hardware threads).
+int wanted_threads(const Context& ctx);
+/// Length of the contiguous row chunks when [0, rows) is split into at most `parts` tasks
+/// (a multiple of kRowQuantum).
+std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts);
+
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg);
 
