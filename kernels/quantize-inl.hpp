@@ -1,6 +1,6 @@
-// nibble: weight quantizers (fp32 -> Q8_0 / Q4_K / Q5_K blocks), templated on an ISA tag from
-// arch.hpp. Included only by the per-ISA TUs in src/isa/, inside an anonymous namespace (see
-// arch.hpp).
+// nibble: weight quantizers (fp32 -> Q8_0 / Q4_K / Q5_K / Q6_K / NF4 / FP4 blocks), templated
+// on an ISA tag from arch.hpp. Included only by the per-ISA TUs in src/isa/, inside an
+// anonymous namespace (see arch.hpp).
 //
 // Every quantizer here is byte-identical to the scalar reference in nibble/formats (ggml's
 // reference quantizers). The SIMD versions get their speed by running the reference operation
@@ -13,17 +13,24 @@
 // Q8_0 is vectorized inside each block (blocks holding NaN take a scalar copy of the reference,
 // since there the order of the max matters).
 //
-// ScalarTag registers the reference functions themselves. Only x86 tags register SIMD code; the
-// other tags leave the entries null (callers fall back to the scalar table), so no reference
-// inline function is ever compiled with wider ISA flags than the scalar TU (ODR safety).
+// Q6_K (quantize_q6_k-inl.hpp) runs one 16-value sub-block per lane the same way; NF4/FP4
+// (quantize_nf4-inl.hpp) are vectorized along the 64 values of each block.
+//
+// ScalarTag registers the reference functions themselves. The x86 (AVX2, AVX-512) and NEON
+// tags register the SIMD code (NEON: IEEE division / square root / rounding through the
+// AArch64 instructions, since xsimd 8.1 approximates float division and square root there);
+// the SIMD code never calls a reference inline function, so none is compiled with wider ISA
+// flags than the scalar TU (ODR safety).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "nibble/formats/nf4.hpp"
 #include "nibble/formats/q4_k.hpp"
 #include "nibble/formats/q5_k.hpp"
+#include "nibble/formats/q6_k.hpp"
 #include "nibble/formats/q8_0.hpp"
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/detail/intrin-common.hpp"
@@ -181,7 +188,8 @@ inline void q8_0_block_scalar(const float* x, BlockQ8_0* y) {
 /// square root on NEON with reciprocal estimates and Newton steps (not correctly rounded), so
 /// AArch64 uses the instructions directly.
 template <class A>
-inline xsimd::batch<float, A> vdiv(const xsimd::batch<float, A>& a, const xsimd::batch<float, A>& b) {
+inline xsimd::batch<float, A> vdiv(const xsimd::batch<float, A>& a,
+                                   const xsimd::batch<float, A>& b) {
 #if defined(__aarch64__)
   if constexpr (std::is_same_v<A, xsimd::neon64>)
     return xsimd::batch<float, A>(vdivq_f32(a, b));

@@ -255,7 +255,7 @@ TEST(QuantizersSimd, Speed) {
   std::vector<unsigned char> out(static_cast<std::size_t>(n) * 2);
   auto time_it = [&](decltype(kernels::FormatKernels::quantize) fn, bool imatrix) {
     double best = 1e30;
-    for (int rep = 0; rep < 7; ++rep) {
+    for (int rep = 0; rep < 15; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
       fn(x.data(), n, out.data(), imatrix ? qw.data() : nullptr);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -269,15 +269,9 @@ TEST(QuantizersSimd, Speed) {
     const char* name;
     int fmt;
     bool imatrix;
-  } cases[] = {{"q8_0", kQ8_0, false},
-               {"q4_K", kQ4_K, false},
-               {"q5_K", kQ5_K, false},
-               {"q4_K+imatrix", kQ4_K, true},
-               {"q5_K+imatrix", kQ5_K, true},
-               {"q6_K", kQ6_K, false},
-               {"q6_K+imatrix", kQ6_K, true},
-               {"nf4", kNF4, false},
-               {"fp4", kFP4, false}};
+  } cases[] = {{"q8_0", kQ8_0, false},        {"q4_K", kQ4_K, false},        {"q5_K", kQ5_K, false},
+               {"q4_K+imatrix", kQ4_K, true}, {"q5_K+imatrix", kQ5_K, true}, {"q6_K", kQ6_K, false},
+               {"q6_K+imatrix", kQ6_K, true}, {"nf4", kNF4, false},          {"fp4", kFP4, false}};
   for (const auto& c : cases) {
     double base = 0;
     for (const Isa& i : all) {
