@@ -126,6 +126,8 @@ void register_nibble_products(Shape s, nibble::Format f, const std::vector<nibbl
 void register_blas_products(Shape s);
 void register_eigen_products(Shape s);
 void register_quantizers(const std::vector<nibble::Isa>& isas);
+/// W8A8 (SmoothQuant int8) gemv/gemm per ISA and threads at shape `s` (bench_w8a8.cpp).
+void register_w8a8_products(Shape s, const std::vector<nibble::Isa>& isas);
 void register_calibration(bool full);  // full: also AWQ and 11008x4096 (slow)
 
 /// Context strings the native/BLAS TUs want in the report (name, value).

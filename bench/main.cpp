@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
         nibble_bench::register_eigen_products(s);
       }
     }
+    nibble_bench::register_w8a8_products(s, isas);
   }
   nibble_bench::register_quantizers(isas);
   nibble_bench::register_calibration(calib);
