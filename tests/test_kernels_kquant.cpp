@@ -207,11 +207,13 @@ const GemmCase& gemm_case(Format f, int shape_index, const Shape& s) {
 
 TEST_P(KQuantKernels, GemmMatchesScalarAndEigen) {
   // rows 1, 3, 17, 33, 256 (plus tails of the 4-row tiles), cols 256..4096, n 1, 2, 3, 7, 64
-  // (plus 5 and 9: tails of the 5-column tiles).
+  // (plus 5 and 9: tails of the 5-column tiles; 8, 12, 13 and rows 16, 19, 40: the 16-row
+  // engine of avx512vnni, its 8-column passes and masked row tails).
   const Shape shapes[] = {{1, 256, 1},    {3, 512, 2},    {17, 256, 3},  {33, 4096, 7},
                           {256, 4096, 1}, {17, 1024, 64}, {33, 768, 5},  {256, 512, 64},
                           {4, 2048, 2},   {1, 4096, 64},  {8, 256, 9},   {6, 1280, 1},
-                          {33, 3072, 1},  {3, 256, 64},   {256, 256, 7}, {2, 4096, 3}};
+                          {33, 3072, 1},  {3, 256, 64},   {256, 256, 7}, {2, 4096, 3},
+                          {19, 512, 13},  {40, 768, 12},  {16, 256, 8}};
   for (Format f : kFormats) {
     const auto& k = nibble::test::fmt_kernels(table(), f);
     ASSERT_NE(k.gemm, nullptr) << nibble::traits(f).name;
@@ -233,28 +235,31 @@ TEST_P(KQuantKernels, GemmMatchesScalarAndEigen) {
 }
 
 TEST_P(KQuantKernels, GemmRowRangeWritesOnlyItsRows) {
-  for (Format f : kFormats) {
-    const std::int64_t rows = 37, cols = 512, n = 6, r0 = 5, r1 = 30;
-    const auto W = random_blocks(f, rows * cols / 256, 901);
-    const auto A = random_act(n, cols, 902);
-    const std::size_t arb = static_cast<std::size_t>(cols / 256) * sizeof(BlockQ8_K);
-    const auto full =
-        nibble::test::gemm_raw(table(), f, W.data(), rows, cols, A.data(), arb, n, 0, rows);
-    const auto part =
-        nibble::test::gemm_raw(table(), f, W.data(), rows, cols, A.data(), arb, n, r0, r1);
-    for (std::int64_t j = 0; j < n; ++j) {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float v = part[static_cast<std::size_t>(j * rows + r)];
-        if (r < r0 || r >= r1) {
-          EXPECT_TRUE(std::isnan(v)) << nibble::traits(f).name << " wrote row " << r;
-        } else {
-          // Same rows and columns, same tiles or fewer: compared with the full-range call.
-          const float u = full[static_cast<std::size_t>(j * rows + r)];
-          EXPECT_NEAR(v, u, 1e-5 * (std::fabs(u) + 1e-3)) << nibble::traits(f).name << " r=" << r;
+  // n = 6 and n = 13: on avx512vnni the two GEMM engines (unpacked tiles; 16-row lanes with
+  // masked stores, used from 6 columns for Q4_K/Q5_K and 12 for Q6_K).
+  for (const std::int64_t n : {std::int64_t{6}, std::int64_t{13}})
+    for (Format f : kFormats) {
+      const std::int64_t rows = 37, cols = 512, r0 = 5, r1 = 30;
+      const auto W = random_blocks(f, rows * cols / 256, 901);
+      const auto A = random_act(n, cols, 902);
+      const std::size_t arb = static_cast<std::size_t>(cols / 256) * sizeof(BlockQ8_K);
+      const auto full =
+          nibble::test::gemm_raw(table(), f, W.data(), rows, cols, A.data(), arb, n, 0, rows);
+      const auto part =
+          nibble::test::gemm_raw(table(), f, W.data(), rows, cols, A.data(), arb, n, r0, r1);
+      for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float v = part[static_cast<std::size_t>(j * rows + r)];
+          if (r < r0 || r >= r1) {
+            EXPECT_TRUE(std::isnan(v)) << nibble::traits(f).name << " wrote row " << r;
+          } else {
+            // Same rows and columns, same tiles or fewer: compared with the full-range call.
+            const float u = full[static_cast<std::size_t>(j * rows + r)];
+            EXPECT_NEAR(v, u, 1e-5 * (std::fabs(u) + 1e-3)) << nibble::traits(f).name << " r=" << r;
+          }
         }
       }
     }
-  }
 }
 
 NIBBLE_INSTANTIATE_KERNEL_TEST(KQuantKernels);

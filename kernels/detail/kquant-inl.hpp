@@ -456,6 +456,34 @@ inline void gemv512(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, s
 }
 
 #if defined(__AVX512VNNI__)
+/// In-register 16 x 16 transpose of dwords: r[j] lane i <- old r[i] lane j.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4q + k] lane (128-bit chunk) c, dword e = row 4q + e, dword 4c + k
+  for (int q = 0; q < 4; q += 2)
+    for (int k = 0; k < 4; ++k) {
+      t[4 * q + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0x88);
+      t[4 * q + 4 + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0xDD);
+    }
+  // t[4q + k] (q = 0, 2) chunks: (rows 4q, chunk 0), (4q, 2), (4q+4, 0), (4q+4, 2) for dword k
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
+    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xDD);
+  }
+}
+
 /// Q4_K / Q5_K GEMM (n > 1) with weight rows in int32 lanes: a tile of 16 rows is repacked once
 /// per call so that zmm (block b, sub-block sb, step t) holds, in lane i, the 4 unsigned levels
 /// 32 * sb + 4t .. 4t + 3 of row i; each vpdpbusd multiplies it with 4 activation bytes of one
@@ -465,44 +493,18 @@ inline void gemv512(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, s
 template <bool HighBit>
 struct Q45Rows16 {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
-  static constexpr int kZ = 80;  ///< zmm per block in the tile: 64 level vectors, 8 fs, 8 -fm
-  static constexpr int kC = 8;   ///< activation columns per pass
-
-  /// In-register 16 x 16 transpose of dwords: r[j] lane i <- old r[i] lane j.
-  static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-      r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-      r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-      r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-      r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    // r[4q + k] lane (128-bit chunk) c, dword e = row 4q + e, dword 4c + k
-    for (int q = 0; q < 4; q += 2)
-      for (int k = 0; k < 4; ++k) {
-        t[4 * q + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0x88);
-        t[4 * q + 4 + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0xDD);
-      }
-    // t[4q + k] (q = 0, 2) chunks: (rows 4q, chunk 0), (4q, 2), (4q+4, 0), (4q+4, 2) for dword k
-    for (int k = 0; k < 4; ++k) {
-      r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-      r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
-      r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
-      r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xDD);
-    }
-  }
+  static constexpr int kZ = 80;    ///< zmm per block in the tile: 64 level vectors, 8 fs, 8 -fm
+  static constexpr int kC = 8;     ///< activation columns per pass
+  static constexpr int kMinN = 6;  ///< fewest columns this engine is used for
 
   /// Repacks block b of rows w + i * wrb (i < nr; rows past nr repeat the last one) into tile.
   static inline void repack_block(const std::uint8_t* w, std::size_t wrb, int nr, std::int64_t b,
                                   __m512i* dst) {
     const Block* x[16];
     for (int i = 0; i < 16; ++i)
-      x[i] = reinterpret_cast<const Block*>(w + static_cast<std::size_t>(i < nr ? i : nr - 1) * wrb) +
-             b;
+      x[i] =
+          reinterpret_cast<const Block*>(w + static_cast<std::size_t>(i < nr ? i : nr - 1) * wrb) +
+          b;
     __m512i lo[16], hi[16], qh[16];
     for (int i = 0; i < 16; ++i) {
       lo[i] = _mm512_loadu_si512(x[i]->qs);
@@ -512,7 +514,8 @@ struct Q45Rows16 {
     transpose16(hi);
     if constexpr (HighBit) {
       for (int i = 0; i < 16; ++i)
-        qh[i] = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i]->qh)));
+        qh[i] =
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i]->qh)));
       transpose16(qh);
     }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -533,19 +536,36 @@ struct Q45Rows16 {
       _mm512_store_si512(dst + 16 * g + t, L);
       _mm512_store_si512(dst + 16 * g + 8 + t, H);
     }
-    alignas(64) float fs[8][16], fm[8][16];
-    for (int i = 0; i < 16; ++i) {
-      std::uint8_t sc[8], m[8];
-      unpack_scales_mins(x[i]->scales, sc, m);
-      const float d = h2f(x[i]->d), dmin = h2f(x[i]->dmin);
-      for (int sb = 0; sb < 8; ++sb) {
-        fs[sb][i] = d * static_cast<float>(sc[sb]);
-        fm[sb][i] = -(dmin * static_cast<float>(m[sb]));
-      }
-    }
+    // d, dmin and the 12 scale bytes (the first 16 bytes of a block) of the 16 rows,
+    // transposed: h[0] lane i = d | dmin << 16 of row i, h[1..3] = scale dwords u[0..2].
+    __m512i h[16];
+    for (int i = 0; i < 16; ++i)
+      h[i] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i])));
+    transpose16(h);
+    const __m512i k3f = _mm512_set1_epi32(0x3F3F3F3F), k0f = _mm512_set1_epi32(0x0F0F0F0F);
+    const __m512i k03 = _mm512_set1_epi32(0x03030303);
+    // bytes of sv[0] / sv[1]: sc[0..3] / sc[4..7]; of mv[0] / mv[1]: m[0..3] / m[4..7]
+    // (the same bit formulas as unpack_scales_mins, 16 rows at a time)
+    const __m512i sv[2] = {
+        _mm512_and_si512(h[1], k3f),
+        _mm512_or_si512(_mm512_and_si512(h[3], k0f),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[1], 6), k03), 4))};
+    const __m512i mv[2] = {
+        _mm512_and_si512(h[2], k3f),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), k0f),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[2], 6), k03), 4))};
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+    const __m512 ndmin = _mm512_sub_ps(
+        _mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16))));
+    const __m512i kff = _mm512_set1_epi32(0xFF);
     for (int sb = 0; sb < 8; ++sb) {
-      _mm512_store_ps(reinterpret_cast<float*>(dst + 64 + sb), _mm512_load_ps(fs[sb]));
-      _mm512_store_ps(reinterpret_cast<float*>(dst + 72 + sb), _mm512_load_ps(fm[sb]));
+      const int sh = 8 * (sb % 4);
+      const __m512 scf =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(sv[sb / 4], sh), kff));
+      const __m512 mf =
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mv[sb / 4], sh), kff));
+      _mm512_store_ps(reinterpret_cast<float*>(dst + 64 + sb), _mm512_mul_ps(d, scf));
+      _mm512_store_ps(reinterpret_cast<float*>(dst + 72 + sb), _mm512_mul_ps(ndmin, mf));
     }
   }
 
@@ -584,57 +604,82 @@ struct Q45Rows16 {
         }
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(blk[c], _mm512_set1_ps(a[c][b].d), acc[c]);
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm512_fmadd_ps(blk[c], _mm512_set1_ps(a[c][b].d), acc[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, acc[c]);
   }
 
-  static void gemm(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
-                   std::int64_t cols_, const void* A, std::size_t a_row_bytes, std::int64_t n,
-                   float* Y, std::int64_t ldy) {
-    const std::int64_t nb = cols_ / 256;
-    Scratch tbuf(static_cast<std::size_t>(nb * kZ) * 64);
-    Scratch bbuf(static_cast<std::size_t>(n * nb * 8) * sizeof(float));
-    __m512i* tile = static_cast<__m512i*>(tbuf.p);
-    float* bsf = static_cast<float*>(bbuf.p);
-    const std::uint8_t* a8 = static_cast<const std::uint8_t*>(A);
-    for (std::int64_t j = 0; j < n; ++j) {
-      const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a8 + j * a_row_bytes);
-      for (std::int64_t b = 0; b < nb; ++b)
-        for (int sb = 0; sb < 8; ++sb)
-          bsf[(j * nb + b) * 8 + sb] =
-              static_cast<float>(ab[b].bsums[2 * sb] + ab[b].bsums[2 * sb + 1]);
-    }
-    const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
-    for (std::int64_t r = r0; r < r1; r += 16) {
-      const int nr = static_cast<int>(r1 - r < 16 ? r1 - r : 16);
-      const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
-      for (std::int64_t b = 0; b < nb; ++b)
-        repack_block(w + r * w_row_bytes, w_row_bytes, nr, b, tile + b * kZ);
-      for (std::int64_t j = 0; j < n; j += kC) {
-        const BlockQ8_K* ap[kC];
-        const float* bp[kC];
-        for (int c = 0; c < kC; ++c) {
-          const std::int64_t jc = j + c < n ? j + c : j;
-          ap[c] = reinterpret_cast<const BlockQ8_K*>(a8 + jc * a_row_bytes);
-          bp[c] = bsf + jc * nb * 8;
-        }
-        float* yj = Y + j * ldy + r;
-        switch (n - j) {
-          case 1: cols<1>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 2: cols<2>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 3: cols<3>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 4: cols<4>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 5: cols<5>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 6: cols<6>(tile, nb, ap, bp, yj, ldy, mask); break;
-          case 7: cols<7>(tile, nb, ap, bp, yj, ldy, mask); break;
-          default: cols<8>(tile, nb, ap, bp, yj, ldy, mask); break;
-        }
+  /// Per-column extras of block a: the 8 bsum pairs (float).
+  static constexpr int kExtra = 8;
+  static inline void extra(const BlockQ8_K& a, float* e) {
+    for (int sb = 0; sb < 8; ++sb)
+      e[sb] = static_cast<float>(a.bsums[2 * sb] + a.bsums[2 * sb + 1]);
+  }
+};
+
+/// gemm (FormatKernels::gemm) of a 16-row-lane policy P (Q45Rows16, Q6Rows16): each 16-row
+/// tile is repacked once (P::repack_block) and run against the columns kC at a time.
+template <class P>
+void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+                 std::int64_t cols_, const void* A, std::size_t a_row_bytes, std::int64_t n,
+                 float* Y, std::int64_t ldy) {
+  constexpr int kC = P::kC, kZ = P::kZ, kE = P::kExtra;
+  const std::int64_t nb = cols_ / 256;
+  Scratch tbuf(static_cast<std::size_t>(nb * kZ) * 64);
+  Scratch bbuf(static_cast<std::size_t>(n * nb * kE) * sizeof(float));
+  __m512i* tile = static_cast<__m512i*>(tbuf.p);
+  float* bsf = static_cast<float*>(bbuf.p);
+  const std::uint8_t* a8 = static_cast<const std::uint8_t*>(A);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a8 + j * a_row_bytes);
+    for (std::int64_t b = 0; b < nb; ++b) P::extra(ab[b], bsf + (j * nb + b) * kE);
+  }
+  const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
+  for (std::int64_t r = r0; r < r1; r += 16) {
+    const int nr = static_cast<int>(r1 - r < 16 ? r1 - r : 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+    for (std::int64_t b = 0; b < nb; ++b)
+      P::repack_block(w + r * w_row_bytes, w_row_bytes, nr, b, tile + b * kZ);
+    for (std::int64_t j = 0; j < n; j += kC) {
+      const BlockQ8_K* ap[kC];
+      const float* bp[kC];
+      for (int c = 0; c < kC; ++c) {
+        const std::int64_t jc = j + c < n ? j + c : j;
+        ap[c] = reinterpret_cast<const BlockQ8_K*>(a8 + jc * a_row_bytes);
+        bp[c] = bsf + jc * nb * kE;
+      }
+      float* yj = Y + j * ldy + r;
+      switch (n - j) {
+        case 1:
+          P::template cols<1>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 2:
+          P::template cols<2>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 3:
+          P::template cols<3>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 4:
+          P::template cols<4>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 5:
+          P::template cols<5>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 6:
+          P::template cols<6>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        case 7:
+          P::template cols<7>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
+        default:
+          P::template cols<8>(tile, nb, ap, bp, yj, ldy, mask);
+          break;
       }
     }
   }
-};
+}
 #endif  // VNNI
 
 /// The gemm entry of the tile engine (see FormatKernels::gemm).
@@ -645,6 +690,24 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
   constexpr int kR = 4;
   const std::int64_t nb = cols / 256;
   if (nb <= 0 || r1 <= r0 || n <= 0) return;
+#if defined(__AVX512VNNI__)
+  // The 16-row engine pays a repack per row tile: used from P::kMinN columns on (measured
+  // break-even; below it the unpacked-tile engine is as fast or faster).
+  if constexpr (Vnni && Fmt::kHasGemv) {
+    using P = Q45Rows16<Fmt::kHighBit>;
+    if (n >= P::kMinN) {
+      gemm_rows16<P>(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
+      return;
+    }
+  }
+  if constexpr (Vnni && Fmt::kHasRows16) {
+    using P = typename Fmt::Rows16;
+    if (n >= P::kMinN) {
+      gemm_rows16<P>(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
+      return;
+    }
+  }
+#endif
   // Columns are prepared in chunks that keep the prepared activations around 512 KiB.
   std::int64_t jc = (512 * 1024) / (nb * static_cast<std::int64_t>(sizeof(PrepBlock)));
   jc = jc < 8 ? 8 : jc;
@@ -668,12 +731,6 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
     gemv512<Fmt, Vnni>(w, w_row_bytes, rows, nb, p, Y + r0);
     return;
   }
-#if defined(__AVX512VNNI__)
-  if constexpr (Vnni && Fmt::kHasGemv) {
-    Q45Rows16<Fmt::kHighBit>::gemm(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
-    return;
-  }
-#endif
   Scratch wbuf(static_cast<std::size_t>(kR * nb) * sizeof(Unpacked512));
   Unpacked512* wu = static_cast<Unpacked512*>(wbuf.p);
   for (std::int64_t j0 = 0; j0 < n; j0 += jc) {
@@ -721,6 +778,7 @@ struct Q45Fmt512 {
   static constexpr bool kHasGemv = true;
   static constexpr bool kHasMin = true;
   static constexpr bool kHighBit = HighBit;
+  static constexpr bool kHasRows16 = false;
   /// Q4_K with vpdpbusd: the high nibbles are used as 16 * q (no shift; u8 products do not
   /// saturate in vpdpbusd) and the factor 1/16 goes into fs of the odd sub-blocks.
   static constexpr bool kHiTrick = !HighBit && Vnni;
@@ -839,8 +897,8 @@ struct Q45Gemv512 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i za = _mm512_shuffle_i64x2(z0, z1, 0x88);  // qs[32q + 0..15] in lane q
     const __m512i zb = _mm512_shuffle_i64x2(z0, z1, 0xDD);  // qs[32q + 16..31] in lane q
-    const __m512i la = _mm512_and_si512(za, m4);
-    const __m512i lb = _mm512_and_si512(zb, m4);
+    __m512i la = _mm512_and_si512(za, m4);
+    __m512i lb = _mm512_and_si512(zb, m4);
     __m512i ha, hb;
     if constexpr (kHiTrick) {
       const __m512i mh = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -850,34 +908,27 @@ struct Q45Gemv512 {
       ha = _mm512_and_si512(_mm512_srli_epi16(za, 4), m4);
       hb = _mm512_and_si512(_mm512_srli_epi16(zb, 4), m4);
     }
-    __m512i v0 = _mm512_unpacklo_epi32(la, ha);
-    __m512i v1 = _mm512_unpackhi_epi32(la, ha);
-    __m512i v2 = _mm512_unpacklo_epi32(lb, hb);
-    __m512i v3 = _mm512_unpackhi_epi32(lb, hb);
     if constexpr (HighBit) {
-      // byte (q, j, e) of vector t needs bit (2q + (j & 1)) of qh[8t + 4 * (j >> 1) + e].
-      const __m512i bitsel = _mm512_set_epi64(
-          static_cast<long long>(0x8080808040404040ull),
-          static_cast<long long>(0x8080808040404040ull), 0x2020202010101010ll, 0x2020202010101010ll,
-          0x0808080804040404ll, 0x0808080804040404ll, 0x0202020201010101ll, 0x0202020201010101ll);
-      const __m512i sel0 =
-          _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
-      const __m512i sel1 = _mm512_broadcast_i32x4(
-          _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15));
+      // lane q of la / lb holds positions 0..15 / 16..31 of sub-block 2q (ha / hb: 2q + 1);
+      // their fifth bits are bit 2q (2q + 1) of qh[0..15] / qh[16..31].
+      const __m512i sel_lo = _mm512_set_epi64(
+          0x4040404040404040ll, 0x4040404040404040ll, 0x1010101010101010ll, 0x1010101010101010ll,
+          0x0404040404040404ll, 0x0404040404040404ll, 0x0101010101010101ll, 0x0101010101010101ll);
+      const __m512i sel_hi = _mm512_add_epi8(sel_lo, sel_lo);
       const __m512i sixteen = _mm512_set1_epi8(16);
       const __m512i h0 =
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh)));
       const __m512i h1 =
           _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh + 16)));
-      v0 = _mm512_mask_add_epi8(v0, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h0, sel0), bitsel),
-                                v0, sixteen);
-      v1 = _mm512_mask_add_epi8(v1, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h0, sel1), bitsel),
-                                v1, sixteen);
-      v2 = _mm512_mask_add_epi8(v2, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h1, sel0), bitsel),
-                                v2, sixteen);
-      v3 = _mm512_mask_add_epi8(v3, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h1, sel1), bitsel),
-                                v3, sixteen);
+      la = _mm512_mask_add_epi8(la, _mm512_test_epi8_mask(h0, sel_lo), la, sixteen);
+      ha = _mm512_mask_add_epi8(ha, _mm512_test_epi8_mask(h0, sel_hi), ha, sixteen);
+      lb = _mm512_mask_add_epi8(lb, _mm512_test_epi8_mask(h1, sel_lo), lb, sixteen);
+      hb = _mm512_mask_add_epi8(hb, _mm512_test_epi8_mask(h1, sel_hi), hb, sixteen);
     }
+    const __m512i v0 = _mm512_unpacklo_epi32(la, ha);
+    const __m512i v1 = _mm512_unpackhi_epi32(la, ha);
+    const __m512i v2 = _mm512_unpacklo_epi32(lb, hb);
+    const __m512i v3 = _mm512_unpackhi_epi32(lb, hb);
     __m512i s = _mm512_setzero_si512();
     s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
     s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
@@ -886,10 +937,12 @@ struct Q45Gemv512 {
     return s;
   }
 
-  /// out[i] = dot(row i, activation) for the 4 rows at w[0..3].
-  static inline void run4(const std::uint8_t* const w[4], std::int64_t nb, const Prep* p,
-                          float out[4]) {
-    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  /// out[i] = dot(row i, activation) for the 4G rows at w[0..4G-1] (G groups of 4 rows in
+  /// flight).
+  template <int G>
+  static inline void run(const std::uint8_t* const* w, std::int64_t nb, const Prep* p, float* out) {
+    __m512 acc01[G], acc23[G], accm[G];
+    for (int g = 0; g < G; ++g) acc01[g] = acc23[g] = accm[g] = _mm512_setzero_ps();
     const __m512i lane_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
     const __m512i m1 =
         _mm512_set_epi32(0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
@@ -908,85 +961,92 @@ struct Q45Gemv512 {
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& pb = p[b];
       const std::size_t off = static_cast<std::size_t>(b) * sizeof(Block);
-      const Block* x0 = reinterpret_cast<const Block*>(w[0] + off);
-      const Block* x1 = reinterpret_cast<const Block*>(w[1] + off);
-      const Block* x2 = reinterpret_cast<const Block*>(w[2] + off);
-      const Block* x3 = reinterpret_cast<const Block*>(w[3] + off);
-#ifndef KQ_PF
-#define KQ_PF 2
-#endif
-      if (b + KQ_PF < nb) {  // software prefetch two blocks ahead in the four row streams (+~10%)
-        const std::size_t pf = off + KQ_PF * sizeof(Block);
-        for (int i = 0; i < 4; ++i) {
+      if (b + 2 < nb) {  // software prefetch two blocks ahead in the row streams (+~10%)
+        const std::size_t pf = off + 2 * sizeof(Block);
+        for (int i = 0; i < 4 * G; ++i) {
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 64), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 128), _MM_HINT_T0);
         }
       }
-      const __m512i i0 = row_sums(x0, pb), i1 = row_sums(x1, pb);
-      const __m512i i2 = row_sums(x2, pb), i3 = row_sums(x3, pb);
-      const __m512i t01 =
-          _mm512_add_epi32(_mm512_unpacklo_epi64(i0, i1), _mm512_unpackhi_epi64(i0, i1));
-      const __m512i t23 =
-          _mm512_add_epi32(_mm512_unpacklo_epi64(i2, i3), _mm512_unpackhi_epi64(i2, i3));
-      // d, dmin, scales[12] of the 4 rows, one row per 128-bit lane
-      __m512i X = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0)));
-      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1)), 1);
-      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x2)), 2);
-      X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x3)), 3);
-      const __m512i A =
-          _mm512_srlv_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xED)), lane_shift);
-      const __m512i B =
-          _mm512_srli_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xA5)), 2);
-      const __m512i sm = _mm512_or_si512(_mm512_and_si512(A, m1), _mm512_and_si512(B, m2));
-      const __m512 dd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi32(idx_d, X)));
-      const __m512 kda = _mm512_load_ps(pb.kda);
-      const __m512 d01 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d01, dd), kda);
-      const __m512 d23 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d23, dd), kda);
-      const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm));
-      const __m512i w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sm, 1));
-      const __m512 fs01 = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w01), lowword)), d01);
-      const __m512 fs23 = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w23), lowword)), d23);
-      acc01 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t01), fs01, acc01);
-      acc23 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t23), fs23, acc23);
-      // mins: lane i = row i, 4 partial sums of m * bsp
-      const __m512i mw = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
-      const __m512i mi = _mm512_madd_epi16(mw, _mm512_load_si512(pb.bsp));
-      const __m512 dm = _mm512_mul_ps(_mm512_permutexvar_ps(idx_m, dd), _mm512_set1_ps(pb.kda[0]));
-      accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), dm, accm);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const Block* x0 = reinterpret_cast<const Block*>(w[4 * g] + off);
+        const Block* x1 = reinterpret_cast<const Block*>(w[4 * g + 1] + off);
+        const Block* x2 = reinterpret_cast<const Block*>(w[4 * g + 2] + off);
+        const Block* x3 = reinterpret_cast<const Block*>(w[4 * g + 3] + off);
+        const __m512i i0 = row_sums(x0, pb), i1 = row_sums(x1, pb);
+        const __m512i i2 = row_sums(x2, pb), i3 = row_sums(x3, pb);
+        const __m512i t01 =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(i0, i1), _mm512_unpackhi_epi64(i0, i1));
+        const __m512i t23 =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(i2, i3), _mm512_unpackhi_epi64(i2, i3));
+        // d, dmin, scales[12] of the 4 rows, one row per 128-bit lane
+        __m512i X = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0)));
+        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1)), 1);
+        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x2)), 2);
+        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x3)), 3);
+        const __m512i A = _mm512_srlv_epi32(
+            _mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xED)), lane_shift);
+        const __m512i B =
+            _mm512_srli_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xA5)), 2);
+        const __m512i sm = _mm512_or_si512(_mm512_and_si512(A, m1), _mm512_and_si512(B, m2));
+        const __m512 dd =
+            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi32(idx_d, X)));
+        const __m512 kda = _mm512_load_ps(pb.kda);
+        const __m512 d01 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d01, dd), kda);
+        const __m512 d23 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d23, dd), kda);
+        const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm));
+        const __m512i w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sm, 1));
+        const __m512 fs01 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w01), lowword)),
+            d01);
+        const __m512 fs23 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w23), lowword)),
+            d23);
+        acc01[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t01), fs01, acc01[g]);
+        acc23[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t23), fs23, acc23[g]);
+        // mins: lane i = row i, 4 partial sums of m * bsp
+        const __m512i mw = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
+        const __m512i mi = _mm512_madd_epi16(mw, _mm512_load_si512(pb.bsp));
+        const __m512 dm =
+            _mm512_mul_ps(_mm512_permutexvar_ps(idx_m, dd), _mm512_set1_ps(pb.kda[0]));
+        accm[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), dm, accm[g]);
+      }
     }
-    alignas(64) float f01[16], f23[16], fm[16];
-    _mm512_store_ps(f01, acc01);
-    _mm512_store_ps(f23, acc23);
-    _mm512_store_ps(fm, accm);
-    float r[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
-    for (int q = 0; q < 4; ++q) {
-      r[0] += f01[4 * q] + f01[4 * q + 1];
-      r[1] += f01[4 * q + 2] + f01[4 * q + 3];
-      r[2] += f23[4 * q] + f23[4 * q + 1];
-      r[3] += f23[4 * q + 2] + f23[4 * q + 3];
-      for (int i = 0; i < 4; ++i) mr[i] += fm[4 * i + q];
+    for (int g = 0; g < G; ++g) {
+      alignas(64) float f01[16], f23[16], fm[16];
+      _mm512_store_ps(f01, acc01[g]);
+      _mm512_store_ps(f23, acc23[g]);
+      _mm512_store_ps(fm, accm[g]);
+      float r[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
+      for (int q = 0; q < 4; ++q) {
+        r[0] += f01[4 * q] + f01[4 * q + 1];
+        r[1] += f01[4 * q + 2] + f01[4 * q + 3];
+        r[2] += f23[4 * q] + f23[4 * q + 1];
+        r[3] += f23[4 * q + 2] + f23[4 * q + 3];
+        for (int i = 0; i < 4; ++i) mr[i] += fm[4 * i + q];
+      }
+      for (int i = 0; i < 4; ++i) out[4 * g + i] = r[i] - mr[i];
     }
-    for (int i = 0; i < 4; ++i) out[i] = r[i] - mr[i];
   }
 
   /// Rows [0, rows) of w (w_row_bytes apart) against one prepared activation row.
   static void gemv(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t nb,
                    const Prep* p, float* y) {
+    constexpr int kG = 2;  // 8 rows in flight: measured best (4 and 12 are ~10% slower)
     std::int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      const std::uint8_t* const rp[4] = {w + r * wrb, w + (r + 1) * wrb, w + (r + 2) * wrb,
-                                         w + (r + 3) * wrb};
-      run4(rp, nb, p, y + r);
+    for (; r + 4 * kG <= rows; r += 4 * kG) {
+      const std::uint8_t* rp[4 * kG];
+      for (int i = 0; i < 4 * kG; ++i) rp[i] = w + (r + i) * wrb;
+      run<kG>(rp, nb, p, y + r);
     }
-    if (r < rows) {
+    for (; r < rows; r += 4) {
       const std::uint8_t* rp[4];
       for (int i = 0; i < 4; ++i) rp[i] = w + ((r + i < rows) ? r + i : rows - 1) * wrb;
       float out[4];
-      run4(rp, nb, p, out);
-      for (int i = 0; r + i < rows; ++i) y[r + i] = out[i];
+      run<1>(rp, nb, p, out);
+      for (int i = 0; i < 4 && r + i < rows; ++i) y[r + i] = out[i];
     }
   }
 };
