@@ -939,8 +939,11 @@ struct Q45Gemv512 {
 
   /// out[i] = dot(row i, activation) for the 4G rows at w[0..4G-1] (G groups of 4 rows in
   /// flight).
+  /// `far` (bytes, 0 = none): distance from each row to the same row of the next row group,
+  /// prefetched into L2 one group ahead so DRAM latency hides behind the current group.
   template <int G>
-  static inline void run(const std::uint8_t* const* w, std::int64_t nb, const Prep* p, float* out) {
+  static inline void run(const std::uint8_t* const* w, std::int64_t nb, const Prep* p, float* out,
+                         std::size_t far = 0) {
     __m512 acc01[G], acc23[G], accm[G];
     for (int g = 0; g < G; ++g) acc01[g] = acc23[g] = accm[g] = _mm512_setzero_ps();
     const __m512i lane_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
@@ -967,6 +970,14 @@ struct Q45Gemv512 {
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 64), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 128), _MM_HINT_T0);
+        }
+      }
+      if (far != 0) {  // next row group, same block: into L2 (prefetches never fault)
+        for (int i = 0; i < 4 * G; ++i) {
+          const char* q = reinterpret_cast<const char*>(w[i] + far + off);
+          _mm_prefetch(q, _MM_HINT_T1);
+          _mm_prefetch(q + 64, _MM_HINT_T1);
+          _mm_prefetch(q + 128, _MM_HINT_T1);
         }
       }
 #pragma GCC unroll 4
@@ -1039,7 +1050,7 @@ struct Q45Gemv512 {
     for (; r + 4 * kG <= rows; r += 4 * kG) {
       const std::uint8_t* rp[4 * kG];
       for (int i = 0; i < 4 * kG; ++i) rp[i] = w + (r + i) * wrb;
-      run<kG>(rp, nb, p, y + r);
+      run<kG>(rp, nb, p, y + r, r + 8 * kG <= rows ? 4 * kG * wrb : 0);
     }
     for (; r < rows; r += 4) {
       const std::uint8_t* rp[4];
