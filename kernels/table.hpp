@@ -22,8 +22,8 @@ struct FormatKernels {
   /// `W` points at row 0, rows are `w_row_bytes` apart. `A` holds n activation rows already in
   /// the format's activation format (traits(f).activation), `a_row_bytes` apart.
   void (*gemm)(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
-               std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n,
-               float* Y, std::int64_t ldy) = nullptr;
+               std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
+               std::int64_t ldy) = nullptr;
 };
 
 /// All kernels of one ISA.

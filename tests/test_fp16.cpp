@@ -38,7 +38,7 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(fp32_to_fp16(65519.99f), 0x7BFF);
   EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);  // ties to even -> inf
   EXPECT_EQ(fp32_to_fp16(1e-8f), 0x0000);
-  EXPECT_EQ(fp32_to_fp16(5.9604644775390625e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp32_to_fp16(5.9604644775390625e-08f), 0x0001);   // smallest subnormal
   EXPECT_EQ(fp32_to_fp16(2.98023223876953125e-08f), 0x0000);  // half of it: tie to even 0
   EXPECT_EQ(fp32_to_fp16(-0.0f), 0x8000);
   EXPECT_EQ(fp32_to_fp16(INFINITY), 0x7C00);

@@ -46,14 +46,14 @@ std::size_t row_bytes(Format f, std::int64_t cols);
 void quantize(Format f, const float* src, std::int64_t rows, std::int64_t cols, void* dst,
               const float* importance = nullptr);
 /// As above, with an explicit Context (ISA, threads).
-void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows,
-              std::int64_t cols, void* dst, const float* importance = nullptr);
+void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows, std::int64_t cols,
+              void* dst, const float* importance = nullptr);
 
 /// Dequantizes rows x cols values stored in format `f` to fp32 (identical to ggml's dequantizers).
 void dequantize(Format f, const void* src, std::int64_t rows, std::int64_t cols, float* dst);
 /// As above, with an explicit Context.
-void dequantize(const Context& ctx, Format f, const void* src, std::int64_t rows,
-                std::int64_t cols, float* dst);
+void dequantize(const Context& ctx, Format f, const void* src, std::int64_t rows, std::int64_t cols,
+                float* dst);
 
 /// Best ISA available under `ctx` (built AND supported by this CPU/OS AND allowed by ctx.isa
 /// and NIBBLE_ISA). Throws if ctx.isa names an ISA this build or CPU cannot run.

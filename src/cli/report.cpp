@@ -31,33 +31,34 @@ struct ReportOptions {
 };
 
 void report_usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: nibble report [options]\n"
-               "\n"
-               "Builds LLM-like matrices in memory (gaussian and heavy-tailed rows, log-normal\n"
-               "per-row scale spread, a few outlier columns), quantizes them with every format and\n"
-               "prints, per matrix and format: bits per weight, RMSE and max |error| of the\n"
-               "dequantized weights vs fp32, relative RMSE, the relative error of y = W x computed by\n"
-               "nibble's gemv on the quantized weights vs Eigen in double on the fp32 weights, and\n"
-               "quantize / dequantize throughput (GB/s of fp32 values).\n"
-               "\n"
-               "options:\n"
-               "  --rows N        rows of each matrix (default 1024)\n"
-               "  --cols N        columns, a multiple of 256 (default 4096)\n"
-               "  --seed S        random seed (default 1)\n"
-               "  --threads T     worker threads, 0 = all (default 0)\n"
-               "  --isa NAME      force scalar|avx2|avx512|neon (default: best available)\n"
-               "  --formats LIST  comma-separated subset of f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4\n"
-               "  --no-calib      skip the calibration table (GPTQ, AWQ, SmoothQuant, imatrix)\n"
-               "  --calib-layer OUTxIN  shape of the calibration layer (default 512x1024;\n"
-               "                  IN a multiple of 256)\n"
-               "  --calib-tokens N  calibration tokens (default 2048)\n"
-               "  -h, --help      this text\n");
+  std::fprintf(
+      out,
+      "usage: nibble report [options]\n"
+      "\n"
+      "Builds LLM-like matrices in memory (gaussian and heavy-tailed rows, log-normal\n"
+      "per-row scale spread, a few outlier columns), quantizes them with every format and\n"
+      "prints, per matrix and format: bits per weight, RMSE and max |error| of the\n"
+      "dequantized weights vs fp32, relative RMSE, the relative error of y = W x computed by\n"
+      "nibble's gemv on the quantized weights vs Eigen in double on the fp32 weights, and\n"
+      "quantize / dequantize throughput (GB/s of fp32 values).\n"
+      "\n"
+      "options:\n"
+      "  --rows N        rows of each matrix (default 1024)\n"
+      "  --cols N        columns, a multiple of 256 (default 4096)\n"
+      "  --seed S        random seed (default 1)\n"
+      "  --threads T     worker threads, 0 = all (default 0)\n"
+      "  --isa NAME      force scalar|avx2|avx512|neon (default: best available)\n"
+      "  --formats LIST  comma-separated subset of f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4\n"
+      "  --no-calib      skip the calibration table (GPTQ, AWQ, SmoothQuant, imatrix)\n"
+      "  --calib-layer OUTxIN  shape of the calibration layer (default 512x1024;\n"
+      "                  IN a multiple of 256)\n"
+      "  --calib-tokens N  calibration tokens (default 2048)\n"
+      "  -h, --help      this text\n");
 }
 
 bool parse_format(const std::string& s, Format* f) {
-  for (Format c : {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K,
-                   Format::q6_K, Format::q8_K, Format::nf4, Format::fp4}) {
+  for (Format c : {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K, Format::q6_K,
+                   Format::q8_K, Format::nf4, Format::fp4}) {
     std::string n = traits(c).name;
     std::string a = s, b = n;
     std::transform(a.begin(), a.end(), a.begin(), ::tolower);
@@ -216,13 +217,12 @@ int cmd_report(int argc, char** argv) {
       const double rmse = std::sqrt(se / static_cast<double>(dq.size()));
       std::vector<float> y(static_cast<std::size_t>(m.rows));
       gemv(ctx, f, q.data(), m.rows, m.cols, x.data(), y.data());
-      const Eigen::VectorXd yd =
-          Eigen::Map<const Eigen::VectorXf>(y.data(), m.rows).cast<double>();
+      const Eigen::VectorXd yd = Eigen::Map<const Eigen::VectorXf>(y.data(), m.rows).cast<double>();
       const double gemv_rel = (yd - y_ref).norm() / y_ref.norm();
       const double gb = static_cast<double>(m.w.size()) * 4.0 / 1e9;
       std::printf("%-15s %-6s %6.3f %11.4e %11.4e %8.4f%% %9.4f%% %9.3f %9.2f\n", m.name.c_str(),
-                  traits(f).name, static_cast<double>(rb) * 8.0 / static_cast<double>(m.cols),
-                  rmse, maxe, 100.0 * rmse / w_rms, 100.0 * gemv_rel, gb / tq, gb / tdq);
+                  traits(f).name, static_cast<double>(rb) * 8.0 / static_cast<double>(m.cols), rmse,
+                  maxe, 100.0 * rmse / w_rms, 100.0 * gemv_rel, gb / tq, gb / tdq);
     }
   }
   std::printf(

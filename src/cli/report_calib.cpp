@@ -49,10 +49,11 @@ void report_calibration(const CalibOptions& o) {
   const Eigen::MatrixXf& X = L.X;
   const Eigen::Index rows = W.rows(), cols = W.cols();
 
-  std::printf("\ncalibration: layer %d x %d, %d calibration tokens (log-normal row scales,\n"
-              "correlated inputs, 1%% outlier channels 20-50x); error = ||(W-Q) X^T||^2 / "
-              "||W X^T||^2\n\n",
-              spec.out, spec.in, spec.tokens);
+  std::printf(
+      "\ncalibration: layer %d x %d, %d calibration tokens (log-normal row scales,\n"
+      "correlated inputs, 1%% outlier channels 20-50x); error = ||(W-Q) X^T||^2 / "
+      "||W X^T||^2\n\n",
+      spec.out, spec.in, spec.tokens);
   std::printf("%-28s %-16s %12s %9s %9s\n", "method", "grid", "out.error", "vs RTN", "time s");
 
   auto t0 = Clock::now();
@@ -95,7 +96,8 @@ void report_calibration(const CalibOptions& o) {
     t0 = Clock::now();
     quantize(Format::q4_K, Wr.data(), rows, cols, q.data());
     const double t_q = since(t0);
-    const double e_q4 = rtn::relative_output_error(W, blocks_to_matrix(Format::q4_K, q, rows, cols), X);
+    const double e_q4 =
+        rtn::relative_output_error(W, blocks_to_matrix(Format::q4_K, q, rows, cols), X);
     row("Q4_K reference rounding", "Q4_K", e_q4, e_q4, t_q);
     const Eigen::VectorXf imp = H.diagonal();  // imatrix = mean of x^2 per column, up to scale
     t0 = Clock::now();
@@ -126,12 +128,13 @@ void report_calibration(const CalibOptions& o) {
     row("naive W8A8", grid, e_naive, e_naive, since(t0));
     t0 = Clock::now();
     const Eigen::VectorXf s = smoothquant::scales(smoothquant::act_absmax(X), W, 0.5f);
-    const Eigen::MatrixXf Ys = smoothquant::w8a8_forward(smoothquant::smooth_act(X, s),
-                                                         smoothquant::smooth_weight(W, s), per_token);
+    const Eigen::MatrixXf Ys = smoothquant::w8a8_forward(
+        smoothquant::smooth_act(X, s), smoothquant::smooth_weight(W, s), per_token);
     row("SmoothQuant alpha=0.5", grid, (Ys - Y).squaredNorm() / ny, e_naive, since(t0));
   }
-  std::printf("\nvs RTN: error relative to the baseline row above it with the same grid (RTN for\n"
-              "int4, Q4_K reference rounding for Q4_K, naive W8A8 for SmoothQuant).\n");
+  std::printf(
+      "\nvs RTN: error relative to the baseline row above it with the same grid (RTN for\n"
+      "int4, Q4_K reference rounding for Q4_K, naive W8A8 for SmoothQuant).\n");
 }
 
 }  // namespace nibble::cli

@@ -28,7 +28,8 @@ inline SynthMatrix make_llm_matrix(const std::string& name, std::int64_t rows, s
   std::uniform_int_distribution<std::int64_t> pick_col(0, cols - 1);
   std::uniform_real_distribution<double> boost(10.0, 30.0);
   std::vector<double> col_gain(static_cast<std::size_t>(cols), 1.0);
-  for (int k = 0; k < outlier_cols; ++k) col_gain[static_cast<std::size_t>(pick_col(rng))] = boost(rng);
+  for (int k = 0; k < outlier_cols; ++k)
+    col_gain[static_cast<std::size_t>(pick_col(rng))] = boost(rng);
   for (std::int64_t r = 0; r < rows; ++r) {
     const double row_scale = base * std::exp(scale_spread * gauss(rng));
     for (std::int64_t c = 0; c < cols; ++c) {

@@ -31,7 +31,7 @@ NIBBLE_INLINE fp16_t fp32_to_fp16(float f) {
   const std::uint32_t x = detail::f32_bits(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return static_cast<fp16_t>(sign | 0x7E00u);  // NaN
+  if (ax > 0x7F800000u) return static_cast<fp16_t>(sign | 0x7E00u);   // NaN
   if (ax >= 0x477FF000u) return static_cast<fp16_t>(sign | 0x7C00u);  // >= 65520: inf
   if (ax < 0x38800000u) {
     // Result is subnormal (or zero) in binary16: value = m * 2^-24, m = round(|f| * 2^24).

@@ -15,25 +15,34 @@ enum class Isa { scalar, avx2, avx512, neon };
 
 /// Static facts about a format.
 struct FormatTraits {
-  const char* name;            ///< lower-case name used by the CLI and Python ("q4_K")
-  std::int64_t block_elems;    ///< values per block (1 for f32/f16)
-  std::size_t block_bytes;     ///< bytes per block
-  int gguf_type;               ///< ggml_type id in GGUF files (-1: none)
-  Format activation;           ///< format the activations are quantized to for the dot product
+  const char* name;          ///< lower-case name used by the CLI and Python ("q4_K")
+  std::int64_t block_elems;  ///< values per block (1 for f32/f16)
+  std::size_t block_bytes;   ///< bytes per block
+  int gguf_type;             ///< ggml_type id in GGUF files (-1: none)
+  Format activation;         ///< format the activations are quantized to for the dot product
 };
 
 /// Traits of `f` (a constexpr table lookup).
 constexpr FormatTraits traits(Format f) {
   switch (f) {
-    case Format::f32: return {"f32", 1, 4, 0, Format::f32};
-    case Format::f16: return {"f16", 1, 2, 1, Format::f32};
-    case Format::q8_0: return {"q8_0", 32, 34, 8, Format::q8_0};
-    case Format::q4_K: return {"q4_K", 256, 144, 12, Format::q8_K};
-    case Format::q5_K: return {"q5_K", 256, 176, 13, Format::q8_K};
-    case Format::q6_K: return {"q6_K", 256, 210, 14, Format::q8_K};
-    case Format::q8_K: return {"q8_K", 256, 292, 15, Format::q8_K};
-    case Format::nf4: return {"nf4", 64, 36, -1, Format::f32};  // 32 packed bytes + fp32 absmax
-    case Format::fp4: return {"fp4", 64, 36, -1, Format::f32};
+    case Format::f32:
+      return {"f32", 1, 4, 0, Format::f32};
+    case Format::f16:
+      return {"f16", 1, 2, 1, Format::f32};
+    case Format::q8_0:
+      return {"q8_0", 32, 34, 8, Format::q8_0};
+    case Format::q4_K:
+      return {"q4_K", 256, 144, 12, Format::q8_K};
+    case Format::q5_K:
+      return {"q5_K", 256, 176, 13, Format::q8_K};
+    case Format::q6_K:
+      return {"q6_K", 256, 210, 14, Format::q8_K};
+    case Format::q8_K:
+      return {"q8_K", 256, 292, 15, Format::q8_K};
+    case Format::nf4:
+      return {"nf4", 64, 36, -1, Format::f32};  // 32 packed bytes + fp32 absmax
+    case Format::fp4:
+      return {"fp4", 64, 36, -1, Format::f32};
   }
   return {"?", 1, 0, -1, Format::f32};
 }
@@ -41,10 +50,14 @@ constexpr FormatTraits traits(Format f) {
 /// Name of an ISA ("scalar", "avx2", "avx512", "neon").
 constexpr const char* isa_name(Isa i) {
   switch (i) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::neon: return "neon";
+    case Isa::scalar:
+      return "scalar";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::neon:
+      return "neon";
   }
   return "?";
 }

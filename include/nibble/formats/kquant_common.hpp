@@ -39,7 +39,8 @@ NIBBLE_INLINE int cvt_trunc_i32(float v) {
 
 /// Unpacks the 6-bit scale `*sc` and 6-bit min `*m` of sub-block `j` (0..7) from the 12-byte
 /// Q4_K/Q5_K `scales` field (layout: see tests/data/MANIFEST.md, "6-bit packing").
-NIBBLE_INLINE void get_scale_min_k4(int j, const std::uint8_t* scales, std::uint8_t* sc, std::uint8_t* m) {
+NIBBLE_INLINE void get_scale_min_k4(int j, const std::uint8_t* scales, std::uint8_t* sc,
+                                    std::uint8_t* m) {
   if (j < 4) {
     *sc = static_cast<std::uint8_t>(scales[j] & 63);
     *m = static_cast<std::uint8_t>(scales[j + 4] & 63);
@@ -53,7 +54,7 @@ NIBBLE_INLINE void get_scale_min_k4(int j, const std::uint8_t* scales, std::uint
 /// get_scale_min_k4 for values 0..63. Values above 63 are packed with the same truncation ggml
 /// applies (its importance-weighted Q4_K path can produce them), so bytes stay identical.
 NIBBLE_INLINE void pack_scale_min_k4(const std::uint8_t ls[8], const std::uint8_t lm[8],
-                              std::uint8_t scales[12]) {
+                                     std::uint8_t scales[12]) {
   for (int j = 0; j < 4; ++j) {
     scales[j] = ls[j];
     scales[j + 4] = lm[j];
@@ -73,8 +74,8 @@ NIBBLE_INLINE void pack_scale_min_k4(const std::uint8_t ls[8], const std::uint8_
 /// when `use_mad`). This is ggml's make_qkx2_quants (weights given) and make_qkx3_quants
 /// (weights optional); for finite inputs the two are the same computation.
 NIBBLE_INLINE float search_scale_min(int n, int nmax, const float* x, const float* weights,
-                              std::uint8_t* L, float* the_min, std::uint8_t* Laux, float rmin,
-                              float rdelta, int nstep, bool use_mad) {
+                                     std::uint8_t* L, float* the_min, std::uint8_t* Laux,
+                                     float rmin, float rdelta, int nstep, bool use_mad) {
   auto weight = [&](int i) { return weights ? weights[i] : x[i] * x[i]; };
   float lo = x[0];
   float hi = x[0];
@@ -153,7 +154,7 @@ NIBBLE_INLINE float search_scale_min(int n, int nmax, const float* x, const floa
 /// as in ggml), weights `qw`. Returns the super-scale (0 when max(x) < 1e-15). ggml's
 /// make_qp_quants: 9 candidate inverse scales, then up to 5 rounds of coordinate refinement.
 NIBBLE_INLINE float search_positive_scale(int n, int nmax, const float* x, std::uint8_t* L,
-                                   const float* qw) {
+                                          const float* qw) {
   float mx = 0;
   for (int i = 0; i < n; ++i) mx = mx > x[i] ? mx : x[i];  // MAX(mx, x[i]) as ggml writes it
   if (mx < 1e-15f) {
@@ -240,7 +241,7 @@ struct KQuantHeader {
 /// The final levels are re-rounded against the fp16-rounded grid (sub-blocks whose effective
 /// scale is 0 keep the levels of the search).
 NIBBLE_INLINE void kquant_choose_block(const float* x, const float* qw, int nmax, KQuantHeader* hdr,
-                                std::uint8_t L[256]) {
+                                       std::uint8_t L[256]) {
   float scales[8];
   float mins[8];
   std::uint8_t ls[8];

@@ -188,7 +188,7 @@ NIBBLE_INLINE std::uint8_t packed_code(const std::uint8_t* packed, std::int64_t 
 /// 0.0 (NF4 7, FP4 0). Writes (n+1)/2 bytes and ceil(n / blocksize) absmax values.
 /// Preconditions (unchecked): n >= 0, blocksize > 0, finite x.
 NIBBLE_INLINE void quantize_4bit(const float* x, std::int64_t n, std::int64_t blocksize, bool fp4,
-                          std::uint8_t* packed, float* absmax) {
+                                 std::uint8_t* packed, float* absmax) {
   const std::uint8_t pad = fp4 ? 0 : 7;
   for (std::int64_t start = 0, b = 0; start < n; start += blocksize, ++b) {
     const std::int64_t len = std::min(blocksize, n - start);
@@ -210,7 +210,7 @@ NIBBLE_INLINE void quantize_4bit(const float* x, std::int64_t n, std::int64_t bl
 
 /// bitsandbytes dequantize_4bit: out[k] = codebook[code_k] * absmax[k / blocksize] (fp32).
 NIBBLE_INLINE void dequantize_4bit(const std::uint8_t* packed, const float* absmax, std::int64_t n,
-                            std::int64_t blocksize, bool fp4, float* out) {
+                                   std::int64_t blocksize, bool fp4, float* out) {
   const float* book = fp4 ? fp4_codebook : nf4_codebook;
   for (std::int64_t k = 0; k < n; ++k)
     out[k] = book[packed_code(packed, k)] * absmax[k / blocksize];
@@ -232,7 +232,7 @@ NIBBLE_INLINE float double_quant_offset(const float* absmax, std::int64_t nblock
 /// dynamic-map index of clamp(r * (1 / max(nested_absmax, 1e-38)), -1, 1). Writes nblocks codes
 /// and ceil(nblocks / 256) nested maxima.
 NIBBLE_INLINE void quantize_absmax(const float* absmax, std::int64_t nblocks, float offset,
-                            std::uint8_t* qabsmax, float* nested_absmax) {
+                                   std::uint8_t* qabsmax, float* nested_absmax) {
   for (std::int64_t start = 0, b = 0; start < nblocks; start += 256, ++b) {
     const std::int64_t len = std::min<std::int64_t>(256, nblocks - start);
     float amax = 0.0f;
@@ -249,8 +249,8 @@ NIBBLE_INLINE void quantize_absmax(const float* absmax, std::int64_t nblocks, fl
 
 /// Decodes nested statistics: absmax[i] = dynamic_map[qabsmax[i]] * nested_absmax[i / 256] +
 /// offset (fp32 product, then sum).
-NIBBLE_INLINE void dequantize_absmax(const std::uint8_t* qabsmax, const float* nested_absmax, float offset,
-                              std::int64_t nblocks, float* absmax) {
+NIBBLE_INLINE void dequantize_absmax(const std::uint8_t* qabsmax, const float* nested_absmax,
+                                     float offset, std::int64_t nblocks, float* absmax) {
   for (std::int64_t i = 0; i < nblocks; ++i) {
     const float p = dynamic_map[qabsmax[i]] * nested_absmax[i / 256];
     absmax[i] = p + offset;

@@ -57,7 +57,8 @@ NIBBLE_INLINE void q4_K_grid(const BlockQ4_K& blk, int sub, float* scale, float*
 /// is byte-identical to the corresponding whole-row quantizer's block. For GPTQ-style use:
 /// choose the grid once on the (updated) weights, then re-round individual values with
 /// q4_K_grid + kquant_round(x, scale, min, 15) + q4_K_set_q.
-NIBBLE_INLINE void q4_K_choose_scales(const float* x256, const float* weights256_or_null, BlockQ4_K* blk) {
+NIBBLE_INLINE void q4_K_choose_scales(const float* x256, const float* weights256_or_null,
+                                      BlockQ4_K* blk) {
   KQuantHeader hdr;
   std::uint8_t L[256];
   kquant_choose_block(x256, weights256_or_null, 15, &hdr, L);
@@ -78,7 +79,8 @@ NIBBLE_INLINE void quantize_q4_K(const float* x, BlockQ4_K* y, std::int64_t n) {
 
 /// Importance-weighted Q4_K quantizer of one row of `n` values: ggml quantize_q4_K(x, y, 1, n,
 /// qw) (quantize_row_q4_K_impl). `qw` holds n importance values, one per column.
-NIBBLE_INLINE void quantize_q4_K_imatrix(const float* x, BlockQ4_K* y, std::int64_t n, const float* qw) {
+NIBBLE_INLINE void quantize_q4_K_imatrix(const float* x, BlockQ4_K* y, std::int64_t n,
+                                         const float* qw) {
   detail::check_row("quantize_q4_K_imatrix", n, 256);
   if (!qw && n > 0)
     nibble::detail::fail("quantize_q4_K_imatrix: qw is null, expected n = ", n,
@@ -104,7 +106,8 @@ NIBBLE_INLINE void dequantize_q4_K(const BlockQ4_K* x, float* y, std::int64_t n)
 namespace detail {
 /// Shared float tail of the Q4_K/Q5_K x Q8_K dots: mins term per pair of sub-blocks as ggml's
 /// _mm_madd_epi16(mins, hadd(bsums)) computes it (int16 pair sums wrap as in hadd_epi16).
-NIBBLE_INLINE void kquant_min_products(const std::uint8_t* m, const std::int16_t* bsums, int prod[4]) {
+NIBBLE_INLINE void kquant_min_products(const std::uint8_t* m, const std::int16_t* bsums,
+                                       int prod[4]) {
   int s[8];
   for (int t = 0; t < 8; ++t)
     s[t] = static_cast<std::int16_t>(static_cast<std::uint16_t>(bsums[2 * t]) +

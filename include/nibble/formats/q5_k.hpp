@@ -60,7 +60,8 @@ NIBBLE_INLINE void q5_K_grid(const BlockQ5_K& blk, int sub, float* scale, float*
 /// reference algorithm (quantize_row_q5_K_ref); non-null: ggml's importance-weighted algorithm
 /// with these 256 importance values. Byte-identical to the whole-row quantizers' block. For
 /// GPTQ-style use: q5_K_grid + kquant_round(x, scale, min, 31) + q5_K_set_q.
-NIBBLE_INLINE void q5_K_choose_scales(const float* x256, const float* weights256_or_null, BlockQ5_K* blk) {
+NIBBLE_INLINE void q5_K_choose_scales(const float* x256, const float* weights256_or_null,
+                                      BlockQ5_K* blk) {
   KQuantHeader hdr;
   std::uint8_t L[256];
   kquant_choose_block(x256, weights256_or_null, 31, &hdr, L);
@@ -87,7 +88,8 @@ NIBBLE_INLINE void quantize_q5_K(const float* x, BlockQ5_K* y, std::int64_t n) {
 
 /// Importance-weighted Q5_K quantizer of one row of `n` values: ggml quantize_q5_K(x, y, 1, n,
 /// qw) (quantize_row_q5_K_impl). `qw` holds n importance values, one per column.
-NIBBLE_INLINE void quantize_q5_K_imatrix(const float* x, BlockQ5_K* y, std::int64_t n, const float* qw) {
+NIBBLE_INLINE void quantize_q5_K_imatrix(const float* x, BlockQ5_K* y, std::int64_t n,
+                                         const float* qw) {
   detail::check_row("quantize_q5_K_imatrix", n, 256);
   if (!qw && n > 0)
     nibble::detail::fail("quantize_q5_K_imatrix: qw is null, expected n = ", n,

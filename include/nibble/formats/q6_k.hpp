@@ -181,7 +181,8 @@ NIBBLE_INLINE void quantize_q6_K(const float* x, BlockQ6_K* y, std::int64_t n) {
 /// byte-identical to ggml's quantize_q6_K with quant_weights (quantize_row_q6_K_impl): the
 /// sub-block scale search weighs value k by qw[k] instead of x[k]^2. qw has n entries.
 /// Precondition (unchecked): finite x, finite non-negative qw.
-NIBBLE_INLINE void quantize_q6_K_imatrix(const float* x, BlockQ6_K* y, std::int64_t n, const float* qw) {
+NIBBLE_INLINE void quantize_q6_K_imatrix(const float* x, BlockQ6_K* y, std::int64_t n,
+                                         const float* qw) {
   const std::int64_t nb = n / q6k_detail::kBlock;
   for (std::int64_t i = 0; i < nb; ++i)
     q6k_detail::quantize_block(x + q6k_detail::kBlock * i, y[i],

@@ -1,6 +1,6 @@
 // nibble: synthetic LLM-like linear layers (weights + calibration activations), used by the
-// calibration tests, `nibble report` and nibble-bench. Everything is generated from a fixed seed with std::mt19937_64 and
-// Box-Muller normals, so the layers are identical on every platform.
+// calibration tests, `nibble report` and nibble-bench. Everything is generated from a fixed seed
+// with std::mt19937_64 and Box-Muller normals, so the layers are identical on every platform.
 //
 // Model (parameters in LayerSpec, defaults documented there):
 //   weights   W[o, c] = r_o * g[o, c],  g ~ N(0, 1),  r_o = exp(row_sigma * N(0, 1))
