@@ -1,5 +1,5 @@
 // nibble: AWQ scale and clip search (compiled part of include/nibble/quant/awq.hpp).
-// Algorithm: reference/ALGORITHMS.md 3.1-3.5 (llm-awq, duo_scaling off).
+// Algorithm: reference/ALGORITHMS.md 3.1-3.5 (llm-awq; AutoAWQ's duo_scaling as an option).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -46,6 +46,20 @@ Eigen::MatrixXf group_absmax(const Eigen::MatrixXf& W, std::int64_t gs) {
   for (Eigen::Index g = 0; g < G; ++g)
     m.col(g) = W.middleCols(g * gs, gs).cwiseAbs().rowwise().maxCoeff();
   return m;
+}
+
+// AutoAWQ's w_mean: |W| normalised by (group absmax + 1e-6) per (row, group of gs columns),
+// averaged over the rows (float accumulation in double, then rounded once).
+Eigen::VectorXf weight_mean(const Eigen::MatrixXf& W, std::int64_t gs) {
+  const Eigen::Index G = W.cols() / gs;
+  Eigen::VectorXd acc = Eigen::VectorXd::Zero(W.cols());
+  for (Eigen::Index o = 0; o < W.rows(); ++o)
+    for (Eigen::Index g = 0; g < G; ++g) {
+      const float m = W.row(o).segment(g * gs, gs).cwiseAbs().maxCoeff() + 1e-6f;
+      for (Eigen::Index k = 0; k < gs; ++k)
+        acc[g * gs + k] += static_cast<double>(std::fabs(W(o, g * gs + k)) / m);
+    }
+  return (acc / static_cast<double>(W.rows())).cast<float>();
 }
 
 // M[:, c] / s[c] (division, as the reference).
@@ -164,14 +178,27 @@ Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Con
   Eigen::MatrixXf G;
   if (use_gram) G.noalias() = X.transpose() * X;
 
+  Eigen::VectorXf w_mean;
+  if (cfg.duo_scaling) w_mean = weight_mean(W, gs);
+
   Result res;
   double best = std::numeric_limits<double>::infinity();
   int best_r = -1;
   Eigen::VectorXf s(W.cols());
   for (int r = 0; r < cfg.n_grid; ++r) {
     const float ratio = static_cast<float>(static_cast<double>(r) / cfg.n_grid);
-    for (Eigen::Index c = 0; c < s.size(); ++c) s[c] = std::max(std::pow(x_mean[c], ratio), 1e-4f);
+    if (cfg.duo_scaling) {
+      for (Eigen::Index c = 0; c < s.size(); ++c)
+        s[c] = std::max(std::pow(x_mean[c], ratio) / (std::pow(w_mean[c], 1.0f - ratio) + 1e-4f),
+                        1e-4f);
+    } else {
+      for (Eigen::Index c = 0; c < s.size(); ++c)
+        s[c] = std::max(std::pow(x_mean[c], ratio), 1e-4f);
+    }
     s /= std::sqrt(s.maxCoeff() * s.minCoeff());
+    // AutoAWQ replaces non-finite entries by 1 (only reachable through overflow).
+    for (Eigen::Index c = 0; c < s.size(); ++c)
+      if (!std::isfinite(s[c])) s[c] = 1.0f;
     const Eigen::MatrixXf Wq = divide_cols(fq(W * s.asDiagonal()), s);
     // Mean square of the layer-output difference X (W - Wq)^T over all outputs; with many
     // tokens through the Gram matrix: ||X D^T||^2 = sum((D G) .* D), G = X^T X.

@@ -172,6 +172,56 @@ TEST(Awq, RejectsBadInput) {
   EXPECT_THROW(awq::search(Wn, X, cfg), nibble::Error);
 }
 
+// AutoAWQ's duo_scaling: s = x_mean^r / (w_mean^(1-r) + 1e-4), w_mean from |W| normalised per
+// (row, group). Checked against an independent double computation of w_mean and the scales, and
+// minimality of the chosen ratio over the 20 candidates.
+TEST(Awq, DuoScalingMatchesFormulaAndIsMinimal) {
+  nibble_test::LayerSpec spec;
+  spec.out = 64;
+  spec.in = 256;
+  spec.tokens = 512;
+  spec.seed = 7;
+  const auto L = nibble_test::make_layer(spec);
+  awq::Config cfg;
+  cfg.group_size = 64;
+  cfg.duo_scaling = true;
+  cfg.clip = false;
+  const auto res = awq::search(L.W, L.X, cfg);
+  const Eigen::VectorXd xm = L.X.cast<double>().cwiseAbs().colwise().mean().transpose();
+  Eigen::VectorXd wm = Eigen::VectorXd::Zero(256);
+  for (int o = 0; o < 64; ++o)
+    for (int g = 0; g < 4; ++g) {
+      const double m = L.W.block(o, g * 64, 1, 64).cast<double>().cwiseAbs().maxCoeff() + 1e-6;
+      for (int k = 0; k < 64; ++k) wm[g * 64 + k] += std::fabs(double(L.W(o, g * 64 + k))) / m;
+    }
+  wm /= 64.0;
+  auto duo = [&](double r) {
+    Eigen::VectorXd s(256);
+    for (int c = 0; c < 256; ++c)
+      s[c] = std::max(std::pow(xm[c], r) / (std::pow(wm[c], 1.0 - r) + 1e-4), 1e-4);
+    return Eigen::VectorXd(s / std::sqrt(s.maxCoeff() * s.minCoeff()));
+  };
+  const Eigen::VectorXd s = duo(res.best_ratio);
+  EXPECT_LT((s - res.scales.cast<double>()).cwiseAbs().maxCoeff() / s.maxCoeff(), 1e-4);
+  double best = std::numeric_limits<double>::infinity(), chosen = 0.0;
+  for (int r = 0; r < 20; ++r) {
+    const Eigen::VectorXf sr = duo(r / 20.0).cast<float>();
+    const Eigen::MatrixXf Wq =
+        (rtn::awq_rtn(L.W * sr.asDiagonal(), 4, 64).array().rowwise() / sr.transpose().array())
+            .matrix();
+    const double loss = layer_loss(L.W, Wq, L.X);
+    best = std::min(best, loss);
+    if (r == static_cast<int>(std::lround(res.best_ratio * 20.0f))) chosen = loss;
+  }
+  EXPECT_LE(chosen, best * 1.001);
+  // The duo candidates differ from llm-awq's (w_mean is not constant on this layer).
+  cfg.duo_scaling = false;
+  const auto plain = awq::search(L.W, L.X, cfg);
+  if (plain.best_ratio == res.best_ratio && res.best_ratio > 0.0f) {
+    EXPECT_GT((plain.scales - res.scales).cwiseAbs().maxCoeff(), 1e-3f);
+  }
+}
+
 TEST(AwqQuality, BeatsRtnOnLlmLikeLayer) {
   nibble_test::LayerSpec spec;  // 256 x 512, 2048 tokens (see llm_layer.hpp)
   const auto L = nibble_test::make_layer(spec);
@@ -197,6 +247,18 @@ TEST(AwqQuality, BeatsRtnOnLlmLikeLayer) {
   EXPECT_GE(full.best_ratio, 0.2f);
   EXPECT_LE(full.best_ratio, 0.5f);
   EXPECT_EQ(full.best_ratio, sonly.best_ratio);
+  // AutoAWQ's default duo_scaling on the same layer (reported; same band asserted).
+  cfg.duo_scaling = true;
+  const auto duo_s = awq::search(L.W, L.X, cfg);
+  cfg.clip = true;
+  const auto duo_full = awq::search(L.W, L.X, cfg);
+  const double e_ds = rtn::relative_output_error(L.W, duo_s.W_eff, L.X);
+  const double e_df = rtn::relative_output_error(L.W, duo_full.W_eff, L.X);
+  std::printf("  AWQ duo_scaling: scale-only ratio %.3f, scale+clip ratio %.3f, best ratio %.2f\n",
+              e_ds / e_rtn, e_df / e_rtn, duo_full.best_ratio);
+  EXPECT_GE(e_df / e_rtn, 0.12);
+  EXPECT_LE(e_df / e_rtn, 0.30);
+  EXPECT_LT(e_df, e_ds);
 }
 
 // ------------------------------------------------------------------ AWQ -> K-quant blocks

@@ -1,7 +1,8 @@
 // nibble: AWQ (activation-aware weight quantization) for one linear layer, following llm-awq
-// (duo_scaling off): per-input-channel scale search over s = x_mean^ratio, normalised by
-// sqrt(max(s) min(s)), then the per-(row, group) clip search on the scaled weights.
-// Specification: reference/ALGORITHMS.md 3.1-3.5. Implemented in src/calib_awq.cpp.
+// (duo_scaling off by default; AutoAWQ's duo_scaling on request): per-input-channel scale search
+// over s = x_mean^ratio, normalised by sqrt(max(s) min(s)), then the per-(row, group) clip search
+// on the scaled weights. Specification: reference/ALGORITHMS.md 3.1-3.5. Implemented in
+// src/calib_awq.cpp.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct Config {
   float max_shrink = 0.5f;   ///< clip candidates 1 - i/clip_grid for i < int(max_shrink*clip_grid)
   int clip_grid = 20;        ///< clip grid
   int n_sample_token = 512;  ///< clip search uses every (tokens / n_sample_token)-th token
+  /// AutoAWQ's duo_scaling (its default; llm-awq has no such option): candidate scales
+  /// s = x_mean^r / (w_mean^(1-r) + 1e-4), where w_mean[c] is the mean over rows of
+  /// |W[o, c]| / (max |W| of c's group in row o + 1e-6). Off: llm-awq's s = x_mean^r.
+  bool duo_scaling = false;
 };
 
 /// Result of the search for one linear layer.
