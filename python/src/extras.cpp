@@ -1,5 +1,5 @@
-// nibble Python bindings: calibration (Hessian, GPTQ, AWQ, SmoothQuant) and GGUF reading, each
-// bound only when its header exists in this source tree.
+// nibble Python bindings: calibration (Hessian, GPTQ, AWQ, SmoothQuant, RTN baselines, synthetic
+// layers) and GGUF reading, each bound only when its header exists in this source tree.
 #include <pybind11/eigen.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -23,6 +23,15 @@
 #if __has_include("nibble/quant/smoothquant.hpp")
 #define NIBBLE_PY_SMOOTHQUANT 1
 #include "nibble/quant/smoothquant.hpp"
+#endif
+
+#if __has_include("nibble/quant/synthetic.hpp")
+#define NIBBLE_PY_SYNTHETIC 1
+#include "nibble/quant/synthetic.hpp"
+#endif
+#if __has_include("nibble/quant/rtn.hpp")
+#define NIBBLE_PY_RTN 1
+#include "nibble/quant/rtn.hpp"
 #endif
 
 #if __has_include("nibble/io/gguf.hpp")
@@ -255,7 +264,8 @@ void bind_extras(py::module_& m) {
   a.def(
       "search",
       [](const py::handle& W, const py::handle& X, int bits, int group_size, bool zero_point,
-         int n_grid, bool clip, float max_shrink, int clip_grid, int n_sample_token) {
+         int n_grid, bool clip, float max_shrink, int clip_grid, int n_sample_token,
+         bool duo_scaling) {
         const Eigen::MatrixXf w = as_matrix(W, "W"), x = as_matrix(X, "X");
         nibble::awq::Config cfg;
         cfg.bits = bits;
@@ -266,6 +276,7 @@ void bind_extras(py::module_& m) {
         cfg.max_shrink = max_shrink;
         cfg.clip_grid = clip_grid;
         cfg.n_sample_token = n_sample_token;
+        cfg.duo_scaling = duo_scaling;
         nibble::awq::Result r;
         {
           py::gil_scoped_release release;
@@ -281,8 +292,10 @@ void bind_extras(py::module_& m) {
       py::arg("W"), py::arg("X"), py::arg("bits") = 4, py::arg("group_size") = 128,
       py::arg("zero_point") = true, py::arg("n_grid") = 20, py::arg("clip") = true,
       py::arg("max_shrink") = 0.5f, py::arg("clip_grid") = 20, py::arg("n_sample_token") = 512,
+      py::arg("duo_scaling") = false,
       "AWQ search for W (out, in) with calibration inputs X (tokens, in). Returns a dict:\n"
-      "scales (in,), best_ratio, clip_max (out, n_groups), W_eff (out, in).");
+      "scales (in,), best_ratio, clip_max (out, n_groups), W_eff (out, in).\n"
+      "duo_scaling=True: AutoAWQ's candidates s = x_mean^r / (w_mean^(1-r) + 1e-4).");
 #endif
 
 #if defined(NIBBLE_PY_SMOOTHQUANT)
@@ -303,6 +316,85 @@ void bind_extras(py::module_& m) {
       },
       py::arg("act_absmax"), py::arg("W"), py::arg("alpha") = 0.5f,
       "Smoothing factors s (in,): x' = x / s, W' = W * s.");
+  s.def(
+      "w8a8_forward",
+      [](const py::handle& X, const py::handle& W, bool per_token) {
+        const Eigen::MatrixXf x = as_matrix(X, "X"), w = as_matrix(W, "W");
+        Eigen::MatrixXf y;
+        {
+          py::gil_scoped_release release;
+          y = nibble::smoothquant::w8a8_forward(x, w, per_token);
+        }
+        return y;
+      },
+      py::arg("X"), py::arg("W"), py::arg("per_token") = true,
+      "W8A8 fake-quantized output fq_act(X) fq_w(W)^T (tokens, out): int8 [-127, 127] with\n"
+      "per-channel weights and per-token (or per-tensor) activations.");
+#endif
+
+#if defined(NIBBLE_PY_RTN)
+  bound.emplace_back("rtn");
+  py::module_ rt = m.def_submodule("rtn", "Round-to-nearest baselines on the GPTQ and AWQ grids");
+  rt.def(
+      "gptq_rtn",
+      [](const py::handle& W, int bits, int group_size, bool sym) {
+        return nibble::rtn::gptq_rtn(as_matrix(W, "W"), bits, group_size, sym);
+      },
+      py::arg("W"), py::arg("bits") = 4, py::arg("group_size") = 128, py::arg("sym") = false,
+      "GPTQ-quantizer RTN of W (out, in) per row and group (-1: whole rows); dequantized.");
+  rt.def(
+      "awq_rtn",
+      [](const py::handle& W, int bits, int group_size, bool zero_point) {
+        return nibble::rtn::awq_rtn(as_matrix(W, "W"), bits, group_size, zero_point);
+      },
+      py::arg("W"), py::arg("bits") = 4, py::arg("group_size") = 128, py::arg("zero_point") = true,
+      "AWQ pseudo_quantize_tensor of W (out, in) per row and group; dequantized.");
+  rt.def(
+      "relative_output_error",
+      [](const py::handle& W, const py::handle& Q, const py::handle& X) {
+        return nibble::rtn::relative_output_error(as_matrix(W, "W"), as_matrix(Q, "Q"),
+                                                  as_matrix(X, "X"));
+      },
+      py::arg("W"), py::arg("Q"), py::arg("X"),
+      "||(W - Q) X^T||_F^2 / ||W X^T||_F^2 in double (X: tokens, in).");
+#endif
+
+#if defined(NIBBLE_PY_SYNTHETIC)
+  bound.emplace_back("synthetic");
+  py::module_ sy = m.def_submodule("synthetic", "Synthetic LLM-like layers (synthetic.hpp)");
+  sy.def(
+      "layer",
+      [](int out, int in, int tokens, float row_sigma, float chan_sigma, int rank, float lowrank,
+         float outlier_frac, float outlier_lo, float outlier_hi, std::uint64_t seed) {
+        if (out < 1 || in < 1 || tokens < 1 || rank < 0) {
+          throw py::value_error("synthetic.layer: out, in_, tokens must be >= 1 and rank >= 0");
+        }
+        nibble::synthetic::LayerSpec spec;
+        spec.out = out;
+        spec.in = in;
+        spec.tokens = tokens;
+        spec.row_sigma = row_sigma;
+        spec.chan_sigma = chan_sigma;
+        spec.rank = rank;
+        spec.lowrank = lowrank;
+        spec.outlier_frac = outlier_frac;
+        spec.outlier_lo = outlier_lo;
+        spec.outlier_hi = outlier_hi;
+        spec.seed = seed;
+        nibble::synthetic::Layer L;
+        {
+          py::gil_scoped_release release;
+          L = nibble::synthetic::make_layer(spec);
+        }
+        using RowMajorXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+        return py::make_tuple(RowMajorXf(L.W), RowMajorXf(L.X));
+      },
+      py::arg("out") = 256, py::arg("in_") = 512, py::arg("tokens") = 2048,
+      py::arg("row_sigma") = 0.5f, py::arg("chan_sigma") = 0.5f, py::arg("rank") = 16,
+      py::arg("lowrank") = 2.5f, py::arg("outlier_frac") = 0.01f, py::arg("outlier_lo") = 20.0f,
+      py::arg("outlier_hi") = 50.0f, py::arg("seed") = 1,
+      "The synthetic layer of nibble::synthetic::make_layer: (W float32 (out, in_),\n"
+      "X float32 (tokens, in_)), identical to the one the C++ tests use for the same spec.");
 #endif
 
 #if defined(NIBBLE_PY_GGUF)
