@@ -316,5 +316,28 @@ std::vector<std::uint8_t> search_blocks(Format f, const Eigen::MatrixXf& W,
                " is not supported (expected q4_K or q5_K)");
 }
 
+Eigen::MatrixXf clip_search_blocks(Format f, const Eigen::MatrixXf& Ws, const Eigen::MatrixXf& Xs,
+                                   const Config& cfg) {
+  check_shapes(Ws, Xs);
+  if (Ws.cols() % 256 != 0)
+    detail::fail("awq::clip_search_blocks: cols = ", Ws.cols(), " is not a multiple of 256");
+  Config c = cfg;
+  c.group_size = 256;
+  c.bits = 4;
+  check_config(c, Ws.cols());
+  switch (f) {
+    case Format::q4_K:
+      return clip_search_impl(Ws, Xs, c, 256,
+                              KQuantFake<BlockQ4_K>{ref::quantize_q4_K, ref::dequantize_q4_K});
+    case Format::q5_K:
+      return clip_search_impl(Ws, Xs, c, 256,
+                              KQuantFake<BlockQ5_K>{ref::quantize_q5_K, ref::dequantize_q5_K});
+    default:
+      break;
+  }
+  detail::fail("awq::clip_search_blocks: format ", traits(f).name,
+               " is not supported (expected q4_K or q5_K)");
+}
+
 }  // namespace awq
 }  // namespace nibble

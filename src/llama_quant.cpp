@@ -17,6 +17,7 @@
 #include <Eigen/Dense>
 
 #include "nibble/nibble.hpp"
+#include "nibble/quant/awq.hpp"
 #include "nibble/quant/gptq.hpp"
 #include "nibble/quant/hessian.hpp"
 
@@ -240,6 +241,127 @@ void to_f32(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* 
   }
 }
 
+using RowMajorXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A 2-D f32/f16/bf16 tensor as a rows x cols matrix (GGUF shape [cols, rows]).
+RowMajorXf load_matrix(const gguf::TensorInfo& t) {
+  RowMajorXf M(t.shape[1], t.shape[0]);
+  to_f32(t.type, t.data, t.elements(), M.data());
+  return M;
+}
+
+// Calibration inputs NAME.inputs ([cols, tokens] f32) as tokens x cols, or nullptr when absent.
+const gguf::TensorInfo* find_inputs(const gguf::File& calib, const std::string& weight,
+                                    std::int64_t cols) {
+  const gguf::TensorInfo* a = calib.find_tensor(weight + ".inputs");
+  if (!a) return nullptr;
+  if (a->type != kF32 || a->shape.size() != 2 || a->shape[0] != cols || a->shape[1] < 1)
+    fail("quantize: calibration tensor ", a->name, " must be f32 [", cols, ", tokens]");
+  return a;
+}
+
+RowMajorXf load_inputs(const gguf::TensorInfo& a) {
+  return Eigen::Map<const RowMajorXf>(reinterpret_cast<const float*>(a.data), a.shape[1],
+                                      a.shape[0]);
+}
+
+// What --method awq does to one tensor: W'[o, c] = W[o, c] / row_div[o] * col_scale[c] for
+// linears, w'[c] = w[c] / norm_div[c] for norms; `inputs` are the (unscaled) calibration inputs of
+// the linear's scaling group, used for the clip search when `clip`.
+struct AwqTransform {
+  Eigen::VectorXf col_scale, row_div, norm_div;
+  const gguf::TensorInfo* inputs = nullptr;
+  bool clip = false;
+};
+
+bool awq_linear_ok(const gguf::TensorInfo* t) {
+  return t && t->shape.size() == 2 && t->shape[0] % kQK_K == 0 &&
+         (t->type == kF32 || t->type == kF16 || t->type == kBF16);
+}
+
+// AWQ scale search for every scaling group of a llama-architecture model (ALGORITHMS.md 3.3-3.4:
+// attn_norm -> q,k,v; ffn_norm -> gate,up; v -> o when their shapes agree; up -> down). All
+// scales are searched on the unscaled weights with the calibration inputs of the group, the loss
+// being the output error of the group's linears (their outputs concatenated), with `fmt`'s
+// reference quantizer as the fake quantizer. Groups without calibration inputs are left alone.
+std::map<std::string, AwqTransform> awq_plan(const gguf::File& in, const gguf::File& calib,
+                                             Format fmt, int n_layer) {
+  std::map<std::string, AwqTransform> plan;
+  awq::Config cfg;
+  cfg.clip = false;
+  auto search = [&](const std::vector<const gguf::TensorInfo*>& lin,
+                    const gguf::TensorInfo* inputs) {
+    std::int64_t rows = 0;
+    for (const auto* t : lin) rows += t->shape[1];
+    Eigen::MatrixXf W(rows, lin[0]->shape[0]);
+    std::int64_t r0 = 0;
+    for (const auto* t : lin) {
+      W.middleRows(r0, t->shape[1]) = load_matrix(*t);
+      r0 += t->shape[1];
+    }
+    const Eigen::MatrixXf X = load_inputs(*inputs);
+    awq::Result res;
+    awq::search_blocks(fmt, W, X, cfg, &res);
+    return res.scales;
+  };
+  for (int i = 0; i < n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    auto T = [&](const char* n) { return in.find_tensor(b + n + ".weight"); };
+    // Norm-fed groups.
+    const struct {
+      const char* norm;
+      std::vector<const char*> linears;
+    } norm_groups[] = {{"attn_norm", {"attn_q", "attn_k", "attn_v"}},
+                       {"ffn_norm", {"ffn_gate", "ffn_up"}}};
+    for (const auto& g : norm_groups) {
+      const gguf::TensorInfo* norm = T(g.norm);
+      std::vector<const gguf::TensorInfo*> lin;
+      for (const char* n : g.linears) lin.push_back(T(n));
+      bool ok = norm && norm->type == kF32 && norm->shape.size() == 1;
+      for (const auto* t : lin)
+        ok = ok && awq_linear_ok(t) && t->shape[0] == lin[0]->shape[0] &&
+             norm->shape[0] == t->shape[0];
+      if (!ok) continue;
+      const gguf::TensorInfo* inputs = nullptr;
+      for (const auto* t : lin)
+        if (!inputs) inputs = find_inputs(calib, t->name, t->shape[0]);
+      if (!inputs) continue;
+      const Eigen::VectorXf s = search(lin, inputs);
+      plan[norm->name].norm_div = s;
+      for (const auto* t : lin) {
+        AwqTransform& tr = plan[t->name];
+        tr.col_scale = s;
+        tr.inputs = inputs;
+        tr.clip = !contains(t->name, "attn_q.") && !contains(t->name, "attn_k.");
+      }
+    }
+    // Linear-fed groups: prev's output rows are divided by s, next's columns multiplied.
+    const std::pair<const char*, const char*> lin_groups[] = {{"attn_v", "attn_output"},
+                                                              {"ffn_up", "ffn_down"}};
+    for (const auto& g : lin_groups) {
+      const gguf::TensorInfo *prev = T(g.first), *next = T(g.second);
+      if (!awq_linear_ok(prev) || !awq_linear_ok(next) || prev->shape[1] != next->shape[0])
+        continue;
+      if (std::string(g.first) == "attn_v" && prev->shape != next->shape) continue;  // GQA
+      const gguf::TensorInfo* inputs = find_inputs(calib, next->name, next->shape[0]);
+      if (!inputs) continue;
+      const Eigen::VectorXf s = search({next}, inputs);
+      plan[prev->name].row_div = s;
+      AwqTransform& tr = plan[next->name];
+      tr.col_scale = s;
+      tr.inputs = inputs;
+      tr.clip = true;
+    }
+  }
+  return plan;
+}
+
+// Applies a transform to a rows x cols matrix in place.
+void apply_awq(const AwqTransform& tr, RowMajorXf& W) {
+  if (tr.row_div.size()) W = tr.row_div.cwiseInverse().asDiagonal() * W;
+  if (tr.col_scale.size()) W = W * tr.col_scale.asDiagonal();
+}
+
 }  // namespace
 
 LlamaFtype parse_llama_ftype(const std::string& name) {
@@ -367,20 +489,34 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
                                LlamaFtype ftype, const QuantizeOptions& options,
                                const ProgressCallback& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (options.method == QuantMethod::awq) {
-    fail(
-        "quantize: --method awq is not available in this build (AWQ's per-channel scales "
-        "would have to be folded into the preceding norms, which the GGUF driver does not do)");
-  }
   if (options.threads < 0) fail("quantize: threads = ", options.threads, " (expected >= 0)");
   gguf::File calib;
-  if (options.method == QuantMethod::gptq) {
-    if (options.calib_path.empty()) fail("quantize: --method gptq needs a calibration file");
+  if (options.method != QuantMethod::rtn) {
+    if (options.calib_path.empty()) {
+      fail("quantize: --method ", options.method == QuantMethod::gptq ? "gptq" : "awq",
+           " needs a calibration file (--calib)");
+    }
     calib = gguf::File::open(options.calib_path);
   }
   const gguf::File in = gguf::File::open(in_path);
   const Imatrix* im = options.imatrix;
   const std::vector<TensorPlan> plan = plan_llama_quant(in, ftype, im != nullptr);
+  std::map<std::string, AwqTransform> awq_tr;
+  Format awq_fmt = Format::q4_K;
+  if (options.method == QuantMethod::awq) {
+    const std::uint32_t base = llama_ftype_base_type(ftype);
+    if (base != kQ4_K && base != kQ5_K) {
+      fail("quantize: --method awq needs a Q4_K or Q5_K file type (got ", llama_ftype_name(ftype),
+           ")");
+    }
+    const LlamaModelInfo info = llama_model_info(in);
+    if (info.arch != "llama" || info.n_expert > 0) {
+      fail("quantize: --method awq supports dense llama-architecture models (got \"", info.arch,
+           "\"", info.n_expert > 0 ? " with experts" : "", ")");
+    }
+    awq_fmt = format_of(base);
+    awq_tr = awq_plan(in, calib, awq_fmt, info.n_layer);
+  }
 
   // Metadata: input order; general.quantization_version and general.file_type re-set (llama's
   // gguf_set_val_* removes the key and appends it); split keys removed; imatrix keys appended.
@@ -411,10 +547,12 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
       meta.push_back(
           {"quantize.imatrix.dataset", gguf::Value::string(im->datasets[0].substr(0, 127))});
     }
+    // Integer overrides are written as u32 of |value| since llama.cpp PR 14182 (2025-06).
     meta.push_back({"quantize.imatrix.entries_count",
-                    gguf::Value::i32(static_cast<std::int32_t>(im->entries.size()))});
+                    gguf::Value::u32(static_cast<std::uint32_t>(im->entries.size()))});
     if (im->chunks > 0) {
-      meta.push_back({"quantize.imatrix.chunks_count", gguf::Value::i32(im->chunks)});
+      meta.push_back({"quantize.imatrix.chunks_count",
+                      gguf::Value::u32(static_cast<std::uint32_t>(im->chunks))});
     }
   }
 
@@ -475,7 +613,19 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
       sum.elements += t.elements();
       sum.in_tensor_bytes += t.nbytes;
       sum.out_tensor_bytes += o.nbytes;
-      if (!p.quantize) {
+      const auto awq_it = awq_tr.find(t.name);
+      const AwqTransform* tr = awq_it == awq_tr.end() ? nullptr : &awq_it->second;
+      if (!p.quantize && tr) {
+        // A folded norm (or, unusually, an unquantized linear) is rewritten, not copied.
+        if (t.type != kF32) fail("quantize: awq: tensor ", t.name, " must be f32 to be rescaled");
+        RowMajorXf M =
+            Eigen::Map<const RowMajorXf>(reinterpret_cast<const float*>(t.data),
+                                         t.shape.size() > 1 ? t.shape[1] : 1, t.shape[0]);
+        if (tr->norm_div.size()) M = M * tr->norm_div.cwiseInverse().asDiagonal();
+        apply_awq(*tr, M);
+        put(M.data(), t.nbytes);
+        ++sum.copied;
+      } else if (!p.quantize) {
         put(t.data, t.nbytes);
         ++sum.copied;
       } else {
@@ -496,6 +646,34 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
         if (im) {
           const std::vector<float>* v = im->find(t.name);
           if (v && static_cast<std::int64_t>(v->size()) == cols * mats) imv = v->data();
+        }
+        RowMajorXf scaled;
+        std::vector<float> im_scaled;
+        if (tr && (tr->col_scale.size() || tr->row_div.size())) {
+          // AWQ: scale (and clip) the weights; the inputs are scaled by the folded norm / prev.
+          if (mats != 1) fail("quantize: awq: tensor ", t.name, " is 3-D");
+          scaled = Eigen::Map<const RowMajorXf>(src, rows, cols);
+          apply_awq(*tr, scaled);
+          if (tr->clip && tr->inputs && format_of(p.out_type) == awq_fmt) {
+            const Eigen::MatrixXf Xs =
+                load_inputs(*tr->inputs) * tr->col_scale.cwiseInverse().asDiagonal();
+            const Eigen::MatrixXf cm =
+                awq::clip_search_blocks(awq_fmt, Eigen::MatrixXf(scaled), Xs, awq::Config{});
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t c = 0; c < cols; ++c) {
+                const float m = cm(r, c / kQK_K);
+                scaled(r, c) = std::min(std::max(scaled(r, c), -m), m);
+              }
+          }
+          src = scaled.data();
+          if (imv && tr->col_scale.size()) {
+            // Importance is E[x^2] per column; the scaled input is x / s.
+            im_scaled.assign(imv, imv + cols);
+            for (std::int64_t c = 0; c < cols; ++c)
+              im_scaled[c] /= tr->col_scale[c] * tr->col_scale[c];
+            imv = im_scaled.data();
+          }
+          ++sum.calibrated;
         }
         const gguf::TensorInfo* hess = nullptr;
         const gguf::TensorInfo* acts = nullptr;

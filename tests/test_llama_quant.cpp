@@ -25,6 +25,7 @@
 #include "nibble/io/llama_quant.hpp"
 #include "nibble/nibble.hpp"
 #include "nibble/quant/gptq.hpp"
+#include "nibble/quant/synthetic.hpp"
 
 namespace g = nibble::gguf;
 using nibble::LlamaFtype;
@@ -573,7 +574,8 @@ TEST(LlamaQuantEndToEnd, ImatrixIsUsedPerTensor) {
     const g::File o = g::File::open(out);
     EXPECT_EQ(o.find("quantize.imatrix.file")->value.as_string(), imf);
     EXPECT_EQ(o.find("quantize.imatrix.dataset")->value.as_string(), "calib.txt");
-    EXPECT_EQ(o.find("quantize.imatrix.entries_count")->value.type, g::ValueType::i32);
+    EXPECT_EQ(o.find("quantize.imatrix.entries_count")->value.type, g::ValueType::u32);
+    EXPECT_EQ(o.find("quantize.imatrix.chunks_count")->value.type, g::ValueType::u32);
     EXPECT_EQ(o.find("quantize.imatrix.entries_count")->value.as_int(),
               static_cast<std::int64_t>(im.entries.size()));
     EXPECT_EQ(o.find("quantize.imatrix.chunks_count")->value.as_int(), 12);
@@ -610,15 +612,6 @@ TEST(LlamaQuantEndToEnd, RejectsBadInput) {
 TEST(LlamaQuantEndToEnd, GptqLowersTheLayerOutputError) {
   // Calibration GGUF with input activations for two weights; GPTQ must give a smaller layer
   // output error sum_t |(W - Q) x_t|^2 (computed in double) than RTN for both.
-  {
-    // Skip while the calibration engineer's K-quant GPTQ path is not in this build.
-    Eigen::MatrixXf W = Eigen::MatrixXf::Ones(1, 256), H = Eigen::MatrixXf::Identity(256, 256);
-    try {
-      (void)nibble::gptq::quantize_blocks(nibble::Format::q4_K, W, H, nibble::gptq::Config{});
-    } catch (const nibble::Error& e) {
-      GTEST_SKIP() << "gptq::quantize_blocks unavailable: " << e.what();
-    }
-  }
   ModelSpec sp;
   sp.n_layer = 1;
   const Model m = make_model(sp, 21);
@@ -711,4 +704,169 @@ TEST(LlamaQuantEndToEnd, InputAlignmentIsNormalisedTo32) {
   for (const auto& t : o.tensors) EXPECT_EQ(t.offset % 32, 0u);
   std::remove(in.c_str());
   std::remove(out.c_str());
+}
+
+namespace {
+
+using RowMajorXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A 2-D tensor of a written model as rows x cols f32 (dequantized when quantized).
+Eigen::MatrixXd read_matrix(const g::File& f, const std::string& name) {
+  const g::TensorInfo* t = f.find_tensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  const std::int64_t cols = t->shape[0], rows = t->rows();
+  RowMajorXf M(rows, cols);
+  switch (t->type) {
+    case F32:
+      std::memcpy(M.data(), t->data, static_cast<std::size_t>(rows * cols) * 4);
+      break;
+    case Q4_K:
+      nibble::dequantize(nibble::Format::q4_K, t->data, rows, cols, M.data());
+      break;
+    case Q5_K:
+      nibble::dequantize(nibble::Format::q5_K, t->data, rows, cols, M.data());
+      break;
+    case Q6_K:
+      nibble::dequantize(nibble::Format::q6_K, t->data, rows, cols, M.data());
+      break;
+    default:
+      ADD_FAILURE() << name << " has unexpected type " << tname(t->type);
+  }
+  return M.cast<double>();
+}
+
+Eigen::VectorXd read_vector(const g::File& f, const std::string& name) {
+  const g::TensorInfo* t = f.find_tensor(name);
+  EXPECT_TRUE(t && t->type == F32 && t->shape.size() == 1) << name;
+  Eigen::VectorXf v(t->shape[0]);
+  std::memcpy(v.data(), t->data, static_cast<std::size_t>(v.size()) * 4);
+  return v.cast<double>();
+}
+
+Eigen::MatrixXd silu(const Eigen::MatrixXd& A) {
+  return A.array() / (1.0 + (-A.array()).exp());
+}
+
+}  // namespace
+
+// --method awq on a one-block llama model (no grouped-query attention, so all four scaling
+// groups apply) with LLM-like calibration inputs (outlier channels). The output file is checked
+// functionally in double: each norm's folded scale s = old / new weight, the inputs seen by the
+// quantized weights are x / s, and the attention projections, v -> o and the whole MLP must have a
+// lower output error than the round-to-nearest file. Tensors outside the groups are unchanged.
+TEST(LlamaQuantEndToEnd, AwqFoldsScalesAndLowersTheBlockOutputError) {
+  ModelSpec sp;
+  sp.n_layer = 1;
+  sp.n_kv = 256;
+  sp.n_head_kv = 4;
+  const Model m = make_model(sp, 33);
+  const std::string in = tmp_path("in_awq.gguf"), out_rtn = tmp_path("out_awq_rtn.gguf"),
+                    out_awq = tmp_path("out_awq.gguf"), cal = tmp_path("calib_awq.gguf");
+  g::write_file(in, m.meta, m.tensors);
+  auto W = [&](const std::string& n) {
+    const std::vector<float>& v = m.f32.at("blk.0." + n + ".weight");
+    return Eigen::Map<const RowMajorXf>(v.data(), static_cast<Eigen::Index>(v.size() / 256), 256)
+        .cast<double>()
+        .eval();
+  };
+  nibble::synthetic::LayerSpec ls;
+  ls.out = 1;
+  ls.in = 256;
+  ls.tokens = 512;
+  ls.outlier_frac = 0.02f;
+  ls.seed = 5;
+  const Eigen::MatrixXd Xa = nibble::synthetic::make_layer(ls).X.cast<double>();
+  ls.seed = 6;
+  const Eigen::MatrixXd Xf = nibble::synthetic::make_layer(ls).X.cast<double>();
+  // Consistent downstream inputs: attention as identity mixing, the SwiGLU MLP.
+  const Eigen::MatrixXd Xo = Xa * W("attn_v").transpose();
+  const Eigen::MatrixXd Xd =
+      silu(Xf * W("ffn_gate").transpose()).cwiseProduct(Xf * W("ffn_up").transpose());
+  std::vector<RowMajorXf> keep;
+  std::vector<g::TensorInfo> ct;
+  const std::pair<const char*, const Eigen::MatrixXd*> cal_inputs[] = {
+      {"attn_q", &Xa}, {"attn_output", &Xo}, {"ffn_gate", &Xf}, {"ffn_down", &Xd}};
+  for (const auto& ci : cal_inputs) {
+    keep.emplace_back(ci.second->cast<float>());
+    g::TensorInfo t;
+    t.name = std::string("blk.0.") + ci.first + ".weight.inputs";
+    t.shape = {256, keep.back().rows()};
+    t.type = F32;
+    t.nbytes = static_cast<std::uint64_t>(keep.back().size()) * 4;
+    ct.push_back(t);
+  }
+  for (std::size_t i = 0; i < ct.size(); ++i)
+    ct[i].data = reinterpret_cast<const std::uint8_t*>(keep[i].data());
+  g::write_file(cal, {{"general.type", g::Value::string("nibble-calibration")}}, ct);
+
+  nibble::quantize_model(in, out_rtn, LlamaFtype::q4_K_M);
+  nibble::QuantizeOptions opt;
+  opt.method = nibble::QuantMethod::awq;
+  opt.calib_path = cal;
+  const auto sum = nibble::quantize_model(in, out_awq, LlamaFtype::q4_K_M, opt);
+  EXPECT_EQ(sum.calibrated, 7);  // q, k, v, o, gate, up, down
+  const g::File fr = g::File::open(out_rtn), fa = g::File::open(out_awq);
+  ASSERT_EQ(fr.tensors.size(), fa.tensors.size());
+  for (std::size_t i = 0; i < fr.tensors.size(); ++i) {
+    EXPECT_EQ(fr.tensors[i].name, fa.tensors[i].name);
+    EXPECT_EQ(fr.tensors[i].type, fa.tensors[i].type) << fr.tensors[i].name;
+  }
+  for (const char* n : {"token_embd.weight", "output.weight", "output_norm.weight"}) {
+    EXPECT_EQ(
+        0, std::memcmp(fr.find_tensor(n)->data, fa.find_tensor(n)->data, fr.find_tensor(n)->nbytes))
+        << n;
+  }
+  // Folded scales, normalised as AWQ does: max(s) * min(s) = 1 (to float rounding).
+  const Eigen::VectorXd sa = read_vector(fr, "blk.0.attn_norm.weight")
+                                 .cwiseQuotient(read_vector(fa, "blk.0.attn_norm.weight")),
+                        sf = read_vector(fr, "blk.0.ffn_norm.weight")
+                                 .cwiseQuotient(read_vector(fa, "blk.0.ffn_norm.weight"));
+  EXPECT_NEAR(sa.maxCoeff() * sa.minCoeff(), 1.0, 1e-4);
+  EXPECT_NEAR(sf.maxCoeff() * sf.minCoeff(), 1.0, 1e-4);
+  EXPECT_GT(sa.maxCoeff() / sa.minCoeff(), 2.0);  // the outlier channels were scaled
+  const Eigen::MatrixXd Xa_s = Xa * sa.cwiseInverse().asDiagonal(),
+                        Xf_s = Xf * sf.cwiseInverse().asDiagonal();
+  auto rel = [](const Eigen::MatrixXd& y, const Eigen::MatrixXd& ref) {
+    return (y - ref).squaredNorm() / ref.squaredNorm();
+  };
+  std::printf("  AWQ Q4_K_M block (relative output error, AWQ / RTN):\n");
+  // attn_v's output rows are also divided by the v -> o scales, so v is checked through v -> o.
+  for (const char* n : {"attn_q", "attn_k"}) {
+    const std::string t = std::string("blk.0.") + n + ".weight";
+    const Eigen::MatrixXd ref = Xa * W(n).transpose();
+    const double er = rel(Xa * read_matrix(fr, t).transpose(), ref);
+    const double ea = rel(Xa_s * read_matrix(fa, t).transpose(), ref);
+    std::printf("    %-8s %.3e / %.3e = %.3f\n", n, ea, er, ea / er);
+    EXPECT_LT(ea, 0.8 * er) << n;
+  }
+  {
+    const Eigen::MatrixXd ref = Xo * W("attn_output").transpose();
+    const Eigen::MatrixXd yr = (Xa * read_matrix(fr, "blk.0.attn_v.weight").transpose()) *
+                               read_matrix(fr, "blk.0.attn_output.weight").transpose();
+    const Eigen::MatrixXd ya = (Xa_s * read_matrix(fa, "blk.0.attn_v.weight").transpose()) *
+                               read_matrix(fa, "blk.0.attn_output.weight").transpose();
+    const double er = rel(yr, ref), ea = rel(ya, ref);
+    std::printf("    %-8s %.3e / %.3e = %.3f\n", "v->o", ea, er, ea / er);
+    EXPECT_LT(ea, 0.8 * er);
+  }
+  {
+    const Eigen::MatrixXd ref = Xd * W("ffn_down").transpose();
+    auto mlp = [&](const g::File& f, const Eigen::MatrixXd& X) {
+      const Eigen::MatrixXd h =
+          silu(X * read_matrix(f, "blk.0.ffn_gate.weight").transpose())
+              .cwiseProduct(X * read_matrix(f, "blk.0.ffn_up.weight").transpose());
+      return Eigen::MatrixXd(h * read_matrix(f, "blk.0.ffn_down.weight").transpose());
+    };
+    const double er = rel(mlp(fr, Xf), ref), ea = rel(mlp(fa, Xf_s), ref);
+    std::printf("    %-8s %.3e / %.3e = %.3f\n", "mlp", ea, er, ea / er);
+    EXPECT_LT(ea, 0.8 * er);
+  }
+  // Refused: file types without a Q4_K/Q5_K base, missing calibration file.
+  EXPECT_THROW(nibble::quantize_model(in, out_awq + "2", LlamaFtype::q8_0, opt), nibble::Error);
+  EXPECT_THROW(nibble::quantize_model(in, out_awq + "2", LlamaFtype::q6_K, opt), nibble::Error);
+  opt.calib_path.clear();
+  EXPECT_THROW(nibble::quantize_model(in, out_awq + "2", LlamaFtype::q4_K_M, opt), nibble::Error);
+  EXPECT_EQ(std::fopen((out_awq + "2").c_str(), "rb"), nullptr);
+  for (const auto& f : {in, out_rtn, out_awq, cal}) std::remove(f.c_str());
 }

@@ -21,9 +21,11 @@ void usage(std::FILE* f) {
       "  TYPE: Q8_0, Q4_K (=Q4_K_M), Q4_K_S, Q4_K_M, Q5_K (=Q5_K_M), Q5_K_S, Q5_K_M, Q6_K\n"
       "  Chooses every tensor's type as llama.cpp's llama-quantize does.\n"
       "  --imatrix FILE  importance matrix (legacy imatrix.dat or GGUF imatrix)\n"
-      "  --method        rtn (default) | gptq (needs --calib) | awq (not available yet)\n"
-      "  --calib FILE    GGUF with NAME.hessian [cols, cols] or NAME.inputs [cols, tokens]\n"
-      "                  f32 tensors per weight NAME (see nibble/io/llama_quant.hpp)\n"
+      "  --method        rtn (default) | gptq | awq (both need --calib; awq: Q4_K*/Q5_K*,\n"
+      "                  dense llama models; folds its scales into the norms)\n"
+      "  --calib FILE    GGUF with NAME.hessian [cols, cols] (gptq) or NAME.inputs\n"
+      "                  [cols, tokens] (gptq, awq) f32 tensors per weight NAME\n"
+      "                  (see nibble/io/llama_quant.hpp)\n"
       "  --threads N     worker threads (default: all)\n");
 }
 

@@ -73,17 +73,31 @@ struct TensorPlan {
 std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
                                          bool has_imatrix = false);
 
-/// Quantization algorithm. rtn: llama's round-to-nearest K-quant/Q8_0 quantizers (with the
-/// imatrix when given). gptq: tensors whose output type is q4_K/q5_K/q6_K and that have
-/// calibration data are quantized with nibble::gptq::quantize_blocks (default gptq::Config,
-/// imatrix not used for them); all other tensors as rtn. awq: not available in this driver
-/// (throws).
+/// Quantization algorithm.
+/// - rtn: llama's round-to-nearest K-quant/Q8_0 quantizers (with the imatrix when given).
+/// - gptq: tensors whose output type is q4_K/q5_K/q6_K and that have calibration data are
+///   quantized with nibble::gptq::quantize_blocks (default gptq::Config, imatrix not used for
+///   them); all other tensors as rtn.
+/// - awq (Q4_K_S/M and Q5_K_S/M file types, dense llama-architecture models): AWQ's scale search
+///   per scaling group of every block (ALGORITHMS.md 3.3-3.4): attn_norm -> attn_q,k,v;
+///   ffn_norm -> ffn_gate,up; attn_v -> attn_output (only without grouped-query attention, as the
+///   reference); ffn_up -> ffn_down. The loss is the output error of the group's linears (their
+///   outputs concatenated; the reference inspects the whole attention / MLP block, which a
+///   weight-file driver cannot run), with the file type's K-quant reference quantizer as the
+///   fake quantizer, all scales searched on the unscaled weights. The scales are folded: norm
+///   weights divided by s, attn_v / ffn_up output rows divided by s, the group's weight columns
+///   multiplied by s. Then the clip search (skipped for attn_q/attn_k, as the reference) runs on
+///   every scaled linear whose output type is the file type's base type, and each tensor is
+///   quantized with its llama-quantize type (an imatrix, when given, is divided by s^2 to match
+///   the scaled inputs). Groups without calibration inputs are left unscaled.
 ///
-/// Calibration file (QuantizeOptions::calib_path) for gptq: a GGUF file holding, for a weight
-/// tensor NAME with `cols` input columns, either
-///   NAME.hessian  f32, shape [cols, cols]: H = 2/n * sum_t x_t x_t^T (see quant/hessian.hpp), or
+/// Calibration file (QuantizeOptions::calib_path): a GGUF file holding, for a weight tensor NAME
+/// with `cols` input columns,
+///   NAME.hessian  f32, shape [cols, cols]: H = 2/n * sum_t x_t x_t^T (see quant/hessian.hpp;
+///                 gptq only), or
 ///   NAME.inputs   f32, shape [cols, tokens]: the layer's input activations, one row per token
-///                 (the driver accumulates H from them).
+///                 (gptq accumulates H from them; awq needs them: one of attn_q/k/v, one of
+///                 ffn_gate/up, attn_output and ffn_down per block).
 /// Metadata of the calibration file is ignored. Weights without an entry are quantized by rtn.
 enum class QuantMethod { rtn, gptq, awq };
 
@@ -120,7 +134,7 @@ struct QuantizeSummary {
   int quantized = 0;                   ///< tensors converted
   int copied = 0;                      ///< tensors copied unchanged
   int fallbacks = 0;                   ///< tensors that needed a fallback type
-  int calibrated = 0;                  ///< tensors quantized with GPTQ
+  int calibrated = 0;                  ///< tensors quantized with GPTQ or rescaled by AWQ
   double seconds = 0;                  ///< wall time
   /// Bits per weight of the output tensor data.
   double bits_per_weight() const {

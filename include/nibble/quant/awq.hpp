@@ -68,5 +68,12 @@ std::vector<std::uint8_t> search_blocks(Format f, const Eigen::MatrixXf& W,
                                         const Eigen::MatrixXf& X, const Config& cfg,
                                         Result* result = nullptr);
 
+/// The clip search (3.5) with the K-quant reference quantizer (Format::q4_K or q5_K) as the fake
+/// quantizer and the 256-value super-blocks as clip groups, on already scaled weights Ws
+/// (out x in, in % 256 == 0) and scaled inputs Xs (tokens x in). Returns out x in/256 thresholds.
+/// cfg.group_size and cfg.bits are ignored. Throws as search_blocks().
+Eigen::MatrixXf clip_search_blocks(Format f, const Eigen::MatrixXf& Ws, const Eigen::MatrixXf& Xs,
+                                   const Config& cfg);
+
 }  // namespace awq
 }  // namespace nibble
