@@ -1,6 +1,7 @@
 // nibble: llama-quantize-compatible tensor type selection and the streaming quantize driver.
 //
-// The rules below restate llama.cpp's src/llama-quant.cpp at c392e50 (2025-02-20):
+// The rules below restate llama.cpp's src/llama-quant.cpp (read at c392e50, 2025-02-20; output
+// verified byte-identical to llama-quantize at 3f545be, 2026-08-22, by tests/cross/llama_compare):
 // llama_model_quantize_impl (which tensors, order, metadata) and llama_tensor_get_type (the
 // per-tensor type mixes). Only the branches reachable for the file types nibble produces
 // (Q8_0, Q4_K_S/M, Q5_K_S/M, Q6_K) are restated; IQ*/Q2_K/Q3_K-only branches are left out.
