@@ -1,8 +1,12 @@
 // nibble: the command-line program. `nibble` alone runs `nibble report`.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "nibble/nibble.hpp"
 #include "report.hpp"
@@ -12,6 +16,27 @@
 #endif
 
 namespace {
+
+// `nibble bench`: replaces this process by the nibble-bench next to it, with --summary.
+int cmd_bench(int argc, char** argv) {
+  std::string self(4096, '\0');
+  const ssize_t n = readlink("/proc/self/exe", &self[0], self.size() - 1);
+  std::string dir = n > 0 ? self.substr(0, static_cast<std::size_t>(n)) : std::string(argv[0]);
+  dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+  const std::string exe = dir + "/nibble-bench";
+  std::vector<std::string> args = {exe, "--summary"};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(&a[0]);
+  cargs.push_back(nullptr);
+  std::fflush(stdout);
+  execv(exe.c_str(), cargs.data());
+  std::fprintf(stderr,
+               "nibble bench: cannot run %s (%s); configure with -DNIBBLE_BUILD_BENCH=ON and build "
+               "the nibble-bench target\n",
+               exe.c_str(), std::strerror(errno));
+  return 2;
+}
 
 void usage(std::FILE* out) {
   std::fprintf(out,
@@ -23,6 +48,10 @@ void usage(std::FILE* out) {
                "  quantize   IN.gguf OUT.gguf TYPE [options]: quantize a GGUF model like\n"
                "             llama-quantize; see `nibble quantize --help`\n"
                "  info       FILE.gguf: metadata and tensor table\n"
+               "  bench      [nibble-bench options]: run the kernel comparison on this machine\n"
+               "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
+               "             and print the ratio table; runs `nibble-bench --summary`, which\n"
+               "             must sit next to this program (build with NIBBLE_BUILD_BENCH=ON)\n"
                "  isa        print the ISAs this binary can run here and the one it picks\n"
                "  -h, --help this text\n");
 }
@@ -37,6 +66,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "report") return nibble::cli::cmd_report(argc > 1 ? argc - 2 : 0, argv + 2);
+    if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "isa") {
       for (nibble::Isa i : nibble::available_isas()) std::printf("%s ", nibble::isa_name(i));
       std::printf("\nbest: %s\n", nibble::isa_name(nibble::best_isa()));
