@@ -187,10 +187,12 @@ Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Con
   Eigen::VectorXf s(W.cols());
   for (int r = 0; r < cfg.n_grid; ++r) {
     const float ratio = static_cast<float>(static_cast<double>(r) / cfg.n_grid);
+    // 1 - ratio as the reference computes it (in double, then rounded to float once).
+    const float one_minus = static_cast<float>(1.0 - static_cast<double>(r) / cfg.n_grid);
     if (cfg.duo_scaling) {
       for (Eigen::Index c = 0; c < s.size(); ++c)
-        s[c] = std::max(std::pow(x_mean[c], ratio) / (std::pow(w_mean[c], 1.0f - ratio) + 1e-4f),
-                        1e-4f);
+        s[c] =
+            std::max(std::pow(x_mean[c], ratio) / (std::pow(w_mean[c], one_minus) + 1e-4f), 1e-4f);
     } else {
       for (Eigen::Index c = 0; c < s.size(); ++c)
         s[c] = std::max(std::pow(x_mean[c], ratio), 1e-4f);

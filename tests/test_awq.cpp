@@ -223,42 +223,52 @@ TEST(Awq, DuoScalingMatchesFormulaAndIsMinimal) {
 }
 
 TEST(AwqQuality, BeatsRtnOnLlmLikeLayer) {
-  nibble_test::LayerSpec spec;  // 256 x 512, 2048 tokens (see llm_layer.hpp)
-  const auto L = nibble_test::make_layer(spec);
-  const Eigen::MatrixXf R = rtn::awq_rtn(L.W, 4, 128);
-  const double e_rtn = rtn::relative_output_error(L.W, R, L.X);
-  awq::Config cfg;
-  const auto full = awq::search(L.W, L.X, cfg);
-  const double e_full = rtn::relative_output_error(L.W, full.W_eff, L.X);
-  cfg.clip = false;
-  const auto sonly = awq::search(L.W, L.X, cfg);
-  const double e_s = rtn::relative_output_error(L.W, sonly.W_eff, L.X);
+  // 256 x 512 layers, 2048 tokens, seeds 1-6 (mean asserted, see test_gptq.cpp). Reference
+  // implementations on such layers: ~0.19-0.23 of RTN with clip (best ratio ~0.35), ~0.23 with
+  // the scale search alone (the NumPy port in python/tests/ref_algos.py gives 0.220 / 0.253 and
+  // best ratio 0.375 on these six layers).
+  double m_full = 0, m_s = 0, m_best = 0;
+  for (int seed = 1; seed <= 6; ++seed) {
+    nibble_test::LayerSpec spec;
+    spec.seed = static_cast<std::uint64_t>(seed);
+    const auto L = nibble_test::make_layer(spec);
+    const double e_rtn = rtn::relative_output_error(L.W, rtn::awq_rtn(L.W, 4, 128), L.X);
+    awq::Config cfg;
+    const auto full = awq::search(L.W, L.X, cfg);
+    const double e_full = rtn::relative_output_error(L.W, full.W_eff, L.X);
+    cfg.clip = false;
+    const auto sonly = awq::search(L.W, L.X, cfg);
+    const double e_s = rtn::relative_output_error(L.W, sonly.W_eff, L.X);
+    EXPECT_LT(e_full, e_s) << "seed " << seed;
+    EXPECT_EQ(full.best_ratio, sonly.best_ratio);
+    m_full += e_full / e_rtn / 6;
+    m_s += e_s / e_rtn / 6;
+    m_best += full.best_ratio / 6;
+    if (seed == 1) {
+      // AutoAWQ's default duo_scaling on the same layer (reported; same band asserted).
+      cfg.duo_scaling = true;
+      const auto duo_s = awq::search(L.W, L.X, cfg);
+      cfg.clip = true;
+      const auto duo_full = awq::search(L.W, L.X, cfg);
+      const double e_ds = rtn::relative_output_error(L.W, duo_s.W_eff, L.X);
+      const double e_df = rtn::relative_output_error(L.W, duo_full.W_eff, L.X);
+      std::printf("  AWQ duo_scaling, seed 1: scale-only %.3f, scale+clip %.3f, best ratio %.2f\n",
+                  e_ds / e_rtn, e_df / e_rtn, duo_full.best_ratio);
+      EXPECT_GE(e_df / e_rtn, 0.12);
+      EXPECT_LE(e_df / e_rtn, 0.30);
+      EXPECT_LT(e_df, e_ds);
+    }
+  }
   std::printf(
-      "  AWQ 4-bit g128: RTN %.4e, scale-only %.4e (ratio %.3f), scale+clip %.4e "
-      "(ratio %.3f), best ratio %.2f\n",
-      e_rtn, e_s, e_s / e_rtn, e_full, e_full / e_rtn, full.best_ratio);
-  // Reference implementations on such layers: ~0.19-0.23 of RTN with clip (best ratio ~0.35),
-  // ~0.23 with the scale search alone.
-  EXPECT_GE(e_full / e_rtn, 0.12);
-  EXPECT_LE(e_full / e_rtn, 0.30);
-  EXPECT_GE(e_s / e_rtn, 0.15);
-  EXPECT_LE(e_s / e_rtn, 0.35);
-  EXPECT_LT(e_full, e_s);
-  EXPECT_GE(full.best_ratio, 0.2f);
-  EXPECT_LE(full.best_ratio, 0.5f);
-  EXPECT_EQ(full.best_ratio, sonly.best_ratio);
-  // AutoAWQ's default duo_scaling on the same layer (reported; same band asserted).
-  cfg.duo_scaling = true;
-  const auto duo_s = awq::search(L.W, L.X, cfg);
-  cfg.clip = true;
-  const auto duo_full = awq::search(L.W, L.X, cfg);
-  const double e_ds = rtn::relative_output_error(L.W, duo_s.W_eff, L.X);
-  const double e_df = rtn::relative_output_error(L.W, duo_full.W_eff, L.X);
-  std::printf("  AWQ duo_scaling: scale-only ratio %.3f, scale+clip ratio %.3f, best ratio %.2f\n",
-              e_ds / e_rtn, e_df / e_rtn, duo_full.best_ratio);
-  EXPECT_GE(e_df / e_rtn, 0.12);
-  EXPECT_LE(e_df / e_rtn, 0.30);
-  EXPECT_LT(e_df, e_ds);
+      "  AWQ 4-bit g128, mean of seeds 1-6: scale-only %.3f, scale+clip %.3f of RTN, "
+      "best ratio %.3f\n",
+      m_s, m_full, m_best);
+  EXPECT_GE(m_full, 0.17);
+  EXPECT_LE(m_full, 0.25);
+  EXPECT_GE(m_s, 0.20);
+  EXPECT_LE(m_s, 0.28);
+  EXPECT_GE(m_best, 0.25);
+  EXPECT_LE(m_best, 0.45);
 }
 
 // ------------------------------------------------------------------ AWQ -> K-quant blocks

@@ -478,39 +478,47 @@ struct QualityCase {
 }  // namespace
 
 TEST(GptqQuality, BeatsRtnOnLlmLikeLayers) {
-  nibble_test::LayerSpec spec;  // 256 x 512, 2048 tokens (see llm_layer.hpp)
-  const auto L = nibble_test::make_layer(spec);
-  const Eigen::MatrixXf H = hessian_of(L.X);
+  // 256 x 512 layers, 2048 tokens (see llm_layer.hpp), seeds 1-6: one layer has only ~5 outlier
+  // channels, so single-seed ratios spread widely; the mean over the seeds is what is asserted.
   // Reference implementations on such layers: 4-bit g128 ~0.18-0.22 of RTN, act-order ~0.16,
-  // 3-bit / 8-bit per-channel 0.18-0.25.
+  // 3-bit / 8-bit per-channel 0.18-0.25 (the NumPy port in python/tests/ref_algos.py gives
+  // 0.198 / 0.154 / 0.200 / 0.194 on these six layers; python/tools/reference_ratios.py).
   const QualityCase cases[] = {
-      {"4-bit g128", 4, 128, false, false, 0.12, 0.30},
-      {"4-bit g128 act-order", 4, 128, true, false, 0.08, 0.25},
+      {"4-bit g128", 4, 128, false, false, 0.16, 0.24},
+      {"4-bit g128 act-order", 4, 128, true, false, 0.12, 0.19},
       {"4-bit g128 sym", 4, 128, false, true, 0.12, 0.30},
-      {"3-bit per-channel", 3, -1, false, false, 0.12, 0.30},
-      {"8-bit per-channel", 8, -1, false, false, 0.12, 0.30},
+      {"3-bit per-channel", 3, -1, false, false, 0.16, 0.27},
+      {"8-bit per-channel", 8, -1, false, false, 0.16, 0.27},
   };
-  double no_act = 0.0;
-  for (const auto& c : cases) {
-    gptq::Config cfg;
-    cfg.bits = c.bits;
-    cfg.group_size = c.group_size;
-    cfg.act_order = c.act_order;
-    cfg.sym = c.sym;
-    const auto res = gptq::quantize(L.W, H, cfg);
-    const Eigen::MatrixXf R = rtn::gptq_rtn(L.W, c.bits, c.group_size, c.sym);
-    const double e_g = rtn::relative_output_error(L.W, res.Q, L.X);
-    const double e_r = rtn::relative_output_error(L.W, R, L.X);
-    const double ratio = e_g / e_r;
-    std::printf("  GPTQ %-22s rel. output error %.4e, RTN %.4e, ratio %.3f\n", c.name, e_g, e_r,
-                ratio);
-    EXPECT_GE(ratio, c.lo) << c.name;
-    EXPECT_LE(ratio, c.hi) << c.name;
-    if (c.bits == 4 && !c.sym && !c.act_order) no_act = ratio;
-    if (c.act_order) {
-      EXPECT_LT(ratio, no_act) << "act-order should help on this layer";
+  constexpr int kSeeds = 6;
+  double mean[5] = {};
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    nibble_test::LayerSpec spec;
+    spec.seed = static_cast<std::uint64_t>(seed);
+    const auto L = nibble_test::make_layer(spec);
+    const Eigen::MatrixXf H = hessian_of(L.X);
+    for (int i = 0; i < 5; ++i) {
+      const QualityCase& c = cases[i];
+      gptq::Config cfg;
+      cfg.bits = c.bits;
+      cfg.group_size = c.group_size;
+      cfg.act_order = c.act_order;
+      cfg.sym = c.sym;
+      const auto res = gptq::quantize(L.W, H, cfg);
+      const Eigen::MatrixXf R = rtn::gptq_rtn(L.W, c.bits, c.group_size, c.sym);
+      const double ratio =
+          rtn::relative_output_error(L.W, res.Q, L.X) / rtn::relative_output_error(L.W, R, L.X);
+      EXPECT_LT(ratio, 0.7) << c.name << " seed " << seed;  // GPTQ always beats RTN clearly
+      mean[i] += ratio / kSeeds;
     }
   }
+  for (int i = 0; i < 5; ++i) {
+    const QualityCase& c = cases[i];
+    std::printf("  GPTQ %-22s err / RTN err, mean of seeds 1-6: %.3f\n", c.name, mean[i]);
+    EXPECT_GE(mean[i], c.lo) << c.name;
+    EXPECT_LE(mean[i], c.hi) << c.name;
+  }
+  EXPECT_LT(mean[1], mean[0]) << "act-order should help on these layers";
 }
 
 // ------------------------------------------------------------------ GPTQ -> K-quant blocks

@@ -81,23 +81,33 @@ TEST(SmoothQuant, RejectsBadInput) {
 }
 
 TEST(SmoothQuantQuality, ReducesW8A8ErrorOnOutlierLayer) {
-  nibble_test::LayerSpec spec;  // 256 x 512, 2048 tokens, 1% outlier channels 20-50x
-  const auto L = nibble_test::make_layer(spec);
-  const Eigen::VectorXf s = sq::scales(sq::act_absmax(L.X), L.W, 0.5f);
-  const Eigen::MatrixXf Xs = sq::smooth_act(L.X, s), Ws = sq::smooth_weight(L.W, s);
-  const Eigen::MatrixXd Y = L.X.cast<double>() * L.W.cast<double>().transpose();
-  const double ny = Y.squaredNorm();
-  // Reference on such layers: per-token ~0.065 of naive W8A8, per-tensor ~0.03.
+  // 256 x 512 layers, 2048 tokens, 1% outlier channels 20-50x, seeds 1-6 (mean asserted, see
+  // test_gptq.cpp). Reference on such layers: per-token ~0.065 of naive W8A8, per-tensor ~0.03
+  // (the NumPy port in python/tests/ref_algos.py gives 0.067 / 0.038 on these six layers).
   const struct {
     bool per_token;
     double lo, hi;
-  } cases[] = {{true, 0.03, 0.15}, {false, 0.015, 0.12}};
-  for (const auto& c : cases) {
-    const double e0 = (sq::w8a8_forward(L.X, L.W, c.per_token).cast<double>() - Y).squaredNorm();
-    const double e1 = (sq::w8a8_forward(Xs, Ws, c.per_token).cast<double>() - Y).squaredNorm();
-    std::printf("  W8A8 %s activations: naive %.4e, smoothed %.4e, ratio %.4f\n",
-                c.per_token ? "per-token " : "per-tensor", e0 / ny, e1 / ny, e1 / e0);
-    EXPECT_GE(e1 / e0, c.lo);
-    EXPECT_LE(e1 / e0, c.hi);
+  } cases[] = {{true, 0.05, 0.085}, {false, 0.02, 0.05}};
+  double mean[2] = {};
+  for (int seed = 1; seed <= 6; ++seed) {
+    nibble_test::LayerSpec spec;
+    spec.seed = static_cast<std::uint64_t>(seed);
+    const auto L = nibble_test::make_layer(spec);
+    const Eigen::VectorXf s = sq::scales(sq::act_absmax(L.X), L.W, 0.5f);
+    const Eigen::MatrixXf Xs = sq::smooth_act(L.X, s), Ws = sq::smooth_weight(L.W, s);
+    const Eigen::MatrixXd Y = L.X.cast<double>() * L.W.cast<double>().transpose();
+    for (int i = 0; i < 2; ++i) {
+      const bool pt = cases[i].per_token;
+      const double e0 = (sq::w8a8_forward(L.X, L.W, pt).cast<double>() - Y).squaredNorm();
+      const double e1 = (sq::w8a8_forward(Xs, Ws, pt).cast<double>() - Y).squaredNorm();
+      EXPECT_LT(e1, 0.5 * e0) << "seed " << seed;
+      mean[i] += e1 / e0 / 6.0;
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::printf("  W8A8 %s activations: smoothed / naive error, mean of seeds 1-6: %.4f\n",
+                cases[i].per_token ? "per-token " : "per-tensor", mean[i]);
+    EXPECT_GE(mean[i], cases[i].lo);
+    EXPECT_LE(mean[i], cases[i].hi);
   }
 }

@@ -391,7 +391,7 @@ void bind_extras(py::module_& m) {
       },
       py::arg("out") = 256, py::arg("in_") = 512, py::arg("tokens") = 2048,
       py::arg("row_sigma") = 0.5f, py::arg("chan_sigma") = 0.5f, py::arg("rank") = 16,
-      py::arg("lowrank") = 2.5f, py::arg("outlier_frac") = 0.01f, py::arg("outlier_lo") = 20.0f,
+      py::arg("lowrank") = 3.5f, py::arg("outlier_frac") = 0.01f, py::arg("outlier_lo") = 20.0f,
       py::arg("outlier_hi") = 50.0f, py::arg("seed") = 1,
       "The synthetic layer of nibble::synthetic::make_layer: (W float32 (out, in_),\n"
       "X float32 (tokens, in_)), identical to the one the C++ tests use for the same spec.");
