@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -158,6 +159,158 @@ const nibble::gguf::TensorInfo& gguf_tensor(const PyGguf& g, const std::string& 
 
 #endif
 
+#if defined(NIBBLE_PY_GGUF)
+namespace gw = nibble::gguf;
+
+// GGUF scalar type of a NumPy dtype (kind + itemsize).
+gw::ValueType value_type_of(const py::dtype& dt, const std::string& key) {
+  const char k = dt.kind();
+  const auto n = dt.itemsize();
+  if (k == 'b') return gw::ValueType::boolean;
+  if (k == 'u' && n == 1) return gw::ValueType::u8;
+  if (k == 'u' && n == 2) return gw::ValueType::u16;
+  if (k == 'u' && n == 4) return gw::ValueType::u32;
+  if (k == 'u' && n == 8) return gw::ValueType::u64;
+  if (k == 'i' && n == 1) return gw::ValueType::i8;
+  if (k == 'i' && n == 2) return gw::ValueType::i16;
+  if (k == 'i' && n == 4) return gw::ValueType::i32;
+  if (k == 'i' && n == 8) return gw::ValueType::i64;
+  if (k == 'f' && n == 4) return gw::ValueType::f32;
+  if (k == 'f' && n == 8) return gw::ValueType::f64;
+  throw py::value_error("gguf.write: metadata \"" + key + "\": unsupported dtype " +
+                        std::string(1, k) + std::to_string(n));
+}
+
+const char* const kTypeNames[] = {"u8",   "i8",  "u16", "i16", "u32", "i32", "f32",
+                                  "bool", "str", "arr", "u64", "i64", "f64"};
+
+gw::Value to_gguf_value(const py::handle& o, const std::string& key);
+
+// A typed value: ("u32", 5), ("f32", [1, 2]), ("str", "x"), ...
+gw::Value typed_value(const std::string& t, const py::handle& v, const std::string& key) {
+  int id = -1;
+  for (int i = 0; i < 13; ++i)
+    if (t == kTypeNames[i] && i != 9) id = i;
+  if (id < 0)
+    throw py::value_error("gguf.write: metadata \"" + key + "\": unknown type name \"" + t +
+                          "\" (expected u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str)");
+  const auto vt = static_cast<gw::ValueType>(id);
+  if (vt == gw::ValueType::string) {
+    if (py::isinstance<py::str>(v)) return gw::Value::string(v.cast<std::string>());
+    return gw::Value::string_array(v.cast<std::vector<std::string>>());
+  }
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v) &&
+      !py::isinstance<py::array>(v)) {
+    // A scalar: pybind11's casters check the range of integer types.
+    try {
+      switch (vt) {
+        case gw::ValueType::u8:
+          return gw::Value::u8(v.cast<std::uint8_t>());
+        case gw::ValueType::i8:
+          return gw::Value::i8(v.cast<std::int8_t>());
+        case gw::ValueType::u16:
+          return gw::Value::u16(v.cast<std::uint16_t>());
+        case gw::ValueType::i16:
+          return gw::Value::i16(v.cast<std::int16_t>());
+        case gw::ValueType::u32:
+          return gw::Value::u32(v.cast<std::uint32_t>());
+        case gw::ValueType::i32:
+          return gw::Value::i32(v.cast<std::int32_t>());
+        case gw::ValueType::u64:
+          return gw::Value::u64(v.cast<std::uint64_t>());
+        case gw::ValueType::i64:
+          return gw::Value::i64(v.cast<std::int64_t>());
+        case gw::ValueType::f32:
+          return gw::Value::f32(v.cast<float>());
+        case gw::ValueType::f64:
+          return gw::Value::f64(v.cast<double>());
+        case gw::ValueType::boolean:
+          return gw::Value::boolean(v.cast<bool>());
+        default:
+          break;
+      }
+    } catch (const py::cast_error&) {
+      throw py::value_error("gguf.write: metadata \"" + key + "\": value not representable as " +
+                            t);
+    }
+  }
+  static const char* np_names[] = {"uint8",  "int8",    "uint16", "int16", "uint32",
+                                   "int32",  "float32", "bool",   "",      "",
+                                   "uint64", "int64",   "float64"};
+  py::module_ np = py::module_::import("numpy");
+  py::object arr = np.attr("asarray")(v, py::arg("dtype") = np_names[id]);
+  py::array a = arr.cast<py::array>();
+  if (vt != gw::ValueType::boolean && vt != gw::ValueType::f32 && vt != gw::ValueType::f64) {
+    // integer range check: the cast must round-trip
+    py::object back = np.attr("asarray")(v);
+    if (!np.attr("array_equal")(arr, back).cast<bool>())
+      throw py::value_error("gguf.write: metadata \"" + key + "\": value out of range for " + t);
+  }
+  if (a.ndim() != 1)
+    throw py::value_error("gguf.write: metadata \"" + key + "\": arrays must be 1-D");
+  py::array c = np.attr("ascontiguousarray")(a).cast<py::array>();
+  return gw::Value::scalar_array(vt, c.data(), static_cast<std::uint64_t>(c.shape(0)));
+}
+
+gw::Value to_gguf_value(const py::handle& o, const std::string& key) {
+  if (py::isinstance<py::tuple>(o) && py::len(o) == 2 &&
+      py::isinstance<py::str>(o.cast<py::tuple>()[0]))
+    return typed_value(o.cast<py::tuple>()[0].cast<std::string>(), o.cast<py::tuple>()[1], key);
+  if (py::isinstance<py::bool_>(o)) return gw::Value::boolean(o.cast<bool>());
+  if (py::isinstance<py::int_>(o)) {
+    const long long v = o.cast<long long>();
+    if (v >= INT32_MIN && v <= INT32_MAX) return gw::Value::i32(static_cast<std::int32_t>(v));
+    return gw::Value::i64(v);
+  }
+  if (py::isinstance<py::float_>(o)) return gw::Value::f32(o.cast<float>());
+  if (py::isinstance<py::str>(o)) return gw::Value::string(o.cast<std::string>());
+  if (py::isinstance<py::array>(o) || py::hasattr(o, "dtype")) {
+    py::array a = py::array::ensure(o);
+    if (!a) throw py::value_error("gguf.write: metadata \"" + key + "\": not convertible");
+    const char* tn = kTypeNames[static_cast<int>(value_type_of(a.dtype(), key))];
+    if (a.ndim() == 0) return typed_value(tn, a.attr("item")(), key);
+    return typed_value(tn, a, key);
+  }
+  if (py::isinstance<py::list>(o)) {
+    py::list l = o.cast<py::list>();
+    if (l.size() == 0)
+      throw py::value_error("gguf.write: metadata \"" + key +
+                            "\": empty list (give a typed value, e.g. (\"u32\", []))");
+    bool all_str = true, all_list = true, all_bool = true, all_int = true;
+    for (auto it : l) {
+      all_str = all_str && py::isinstance<py::str>(it);
+      all_list = all_list && py::isinstance<py::list>(it);
+      all_bool = all_bool && py::isinstance<py::bool_>(it);
+      all_int = all_int && py::isinstance<py::int_>(it) && !py::isinstance<py::bool_>(it);
+    }
+    if (all_str) return gw::Value::string_array(l.cast<std::vector<std::string>>());
+    if (all_list) {
+      std::vector<gw::Value> items;
+      for (auto it : l) items.push_back(to_gguf_value(it, key));
+      return gw::Value::array_of_arrays(std::move(items));
+    }
+    if (all_bool) return typed_value("bool", l, key);
+    if (all_int) {
+      try {
+        return typed_value("i32", l, key);
+      } catch (const py::value_error&) {
+        return typed_value("i64", l, key);
+      }
+    }
+    return typed_value("f32", l, key);
+  }
+  throw py::value_error("gguf.write: metadata \"" + key + "\": unsupported value of type " +
+                        py::str(o.get_type()).cast<std::string>());
+}
+
+std::uint32_t gguf_type_by_name(const std::string& name) {
+  for (std::uint32_t t = 0; t < 64; ++t) {
+    const char* n = gw::type_info(t).name;
+    if (n && name == n) return t;
+  }
+  throw py::value_error("gguf.write: unknown tensor type \"" + name + "\"");
+}
+#endif
 }  // namespace
 
 void bind_extras(py::module_& m) {
@@ -399,7 +552,8 @@ void bind_extras(py::module_& m) {
 
 #if defined(NIBBLE_PY_GGUF)
   bound.emplace_back("gguf");
-  py::module_ gg = m.def_submodule("gguf", "GGUF v2/v3 reading (checked, zero-copy)");
+  py::module_ gg =
+      m.def_submodule("gguf", "GGUF v2/v3 reading (checked, zero-copy) and v3 writing");
   py::class_<PyGguf>(gg, "File", "A parsed GGUF file; tensor data are views into its bytes.")
       .def_property_readonly("version", [](const PyGguf& g) { return g.file.version; })
       .def_property_readonly("alignment", [](const PyGguf& g) { return g.file.alignment; })
@@ -475,6 +629,74 @@ void bind_extras(py::module_& m) {
           },
           py::arg("name"),
           "A tensor dequantized to float32, shape reversed to NumPy order (rows, cols).");
+  gg.def(
+      "write",
+      [](const std::string& path, const py::dict& metadata, const py::list& tensors) {
+        std::vector<gw::KeyValue> meta;
+        for (auto kv : metadata) {
+          const std::string key = py::str(kv.first).cast<std::string>();
+          meta.push_back({key, to_gguf_value(kv.second, key)});
+        }
+        std::vector<py::array> keep;
+        std::vector<gw::TensorInfo> infos;
+        for (auto item : tensors) {
+          py::tuple t = py::reinterpret_borrow<py::object>(item).cast<py::tuple>();
+          if (t.size() != 2 && t.size() != 4)
+            throw py::value_error(
+                "gguf.write: each tensor is (name, float32/float16 array) or "
+                "(name, uint8 bytes, type name, shape)");
+          gw::TensorInfo ti;
+          ti.name = t[0].cast<std::string>();
+          py::array a = py::array::ensure(t[1], py::array::c_style);
+          if (!a) throw py::value_error("gguf.write: tensor " + ti.name + ": not an array");
+          std::vector<std::int64_t> np_shape;
+          if (t.size() == 2) {
+            const char k = a.dtype().kind();
+            if (k == 'f' && a.itemsize() == 4) {
+              ti.type = 0;
+            } else if (k == 'f' && a.itemsize() == 2) {
+              ti.type = 1;
+            } else {
+              throw py::value_error("gguf.write: tensor " + ti.name +
+                                    ": plain arrays must be float32 or float16 (give "
+                                    "(name, bytes, type, shape) for other types)");
+            }
+            for (py::ssize_t d = 0; d < a.ndim(); ++d) np_shape.push_back(a.shape(d));
+          } else {
+            if (a.dtype().kind() != 'u' || a.itemsize() != 1)
+              throw py::value_error("gguf.write: tensor " + ti.name + ": bytes must be uint8");
+            ti.type = gguf_type_by_name(t[2].cast<std::string>());
+            np_shape = t[3].cast<std::vector<std::int64_t>>();
+          }
+          if (np_shape.empty() || np_shape.size() > 4)
+            throw py::value_error("gguf.write: tensor " + ti.name + ": 1 to 4 dimensions");
+          for (auto d : np_shape)
+            if (d < 1) throw py::value_error("gguf.write: tensor " + ti.name + ": empty dimension");
+          ti.shape.assign(np_shape.rbegin(), np_shape.rend());  // GGUF: ne[0] = last NumPy axis
+          if (ti.shape[0] % gw::type_info(ti.type).block_elems != 0)
+            throw py::value_error("gguf.write: tensor " + ti.name + ": row length " +
+                                  std::to_string(ti.shape[0]) + " is not a multiple of " +
+                                  std::to_string(gw::type_info(ti.type).block_elems));
+          ti.nbytes = gw::tensor_nbytes(ti.type, ti.shape);
+          if (static_cast<std::uint64_t>(a.nbytes()) != ti.nbytes)
+            throw py::value_error("gguf.write: tensor " + ti.name + ": " +
+                                  std::to_string(a.nbytes()) + " bytes given, " +
+                                  std::to_string(ti.nbytes) + " expected for its type and shape");
+          ti.data = static_cast<const std::uint8_t*>(a.data());
+          keep.push_back(a);
+          infos.push_back(std::move(ti));
+        }
+        py::gil_scoped_release release;
+        gw::write_file(path, meta, std::move(infos));
+      },
+      py::arg("path"), py::arg("metadata"), py::arg("tensors"),
+      "Writes a GGUF v3 file. metadata: dict in file order; values: bool, int (i32, or i64 when\n"
+      "large), float (f32), str, lists (of str, of numbers, of lists), NumPy scalars/arrays "
+      "(their\n"
+      "dtype), or a typed pair such as (\"u32\", 5), (\"f64\", [1, 2]), (\"str\", [\"a\"]).\n"
+      "tensors: list of (name, float32/float16 array) or (name, uint8 bytes, type name such as\n"
+      "\"q4_K\", NumPy-order shape). Tensor data are aligned to general.alignment (default 32);\n"
+      "the file is written to PATH.tmp and renamed.");
   gg.def(
       "open",
       [](const std::string& path) {

@@ -98,3 +98,64 @@ def test_malformed():
         nibble.gguf.parse(blob[:-40])  # truncated tensor data
     with pytest.raises(nibble.Error):
         nibble.gguf.parse(b"GGUX" + blob[4:])
+
+
+def test_write_round_trip(tmp_path):
+    """nibble.gguf.write: typed metadata, f32/f16 arrays and quantized bytes, read back by the
+    checked reader; values, types, shapes and bytes must survive unchanged."""
+    rng = np.random.default_rng(31)
+    W = rng.standard_normal((4, 256)).astype(np.float32)
+    H = rng.standard_normal((3, 32)).astype(np.float16)
+    qb = nibble.quantize(W, "q4_K")
+    meta = {
+        "general.architecture": "llama",
+        "llama.block_count": ("u32", 2),
+        "llama.rope.freq_base": 10000.0,
+        "x.i64": 2**40,
+        "x.flag": True,
+        "x.f64": ("f64", 0.1),
+        "x.u16arr": np.array([1, 2, 65535], np.uint16),
+        "x.strs": ["a", "bc"],
+        "x.nested": [[1, 2], [3]],
+    }
+    p = str(tmp_path / "w.gguf")
+    nibble.gguf.write(p, meta, [("w", W), ("h", H), ("q", qb.reshape(-1), "q4_K", (4, 256))])
+    f = nibble.gguf.open(p)
+    md = f.metadata
+    assert list(md.keys()) == list(meta.keys())
+    assert md["general.architecture"] == "llama" and md["llama.block_count"] == 2
+    assert md["llama.rope.freq_base"] == np.float32(10000.0) and md["x.i64"] == 2**40
+    assert md["x.flag"] is True and md["x.f64"] == 0.1
+    assert np.array_equal(md["x.u16arr"], [1, 2, 65535]) and md["x.strs"] == ["a", "bc"]
+    assert [list(a) for a in md["x.nested"]] == [[1, 2], [3]]
+    t = {d["name"]: d for d in f.tensors}
+    assert t["w"]["type_name"] == "f32" and list(t["w"]["shape"]) == [256, 4]
+    assert t["h"]["type_name"] == "f16" and t["q"]["type_name"] == "q4_K"
+    assert all(d["offset"] % 32 == 0 for d in f.tensors)
+    assert np.array_equal(f.tensor("w"), W)
+    assert np.array_equal(f.tensor("h"), H.astype(np.float32))
+    assert np.array_equal(np.asarray(f.tensor_data("q")), qb.reshape(-1))
+    assert np.array_equal(f.tensor("q"), nibble.dequantize(qb, "q4_K", W.shape))
+    # Writing the same content again gives the same bytes.
+    p2 = str(tmp_path / "w2.gguf")
+    nibble.gguf.write(p2, meta, [("w", W), ("h", H), ("q", qb.reshape(-1), "q4_K", (4, 256))])
+    assert open(p, "rb").read() == open(p2, "rb").read()
+
+
+def test_write_rejects_bad_input(tmp_path):
+    p = str(tmp_path / "bad.gguf")
+    W = np.zeros((2, 256), np.float32)
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {"k": ("u8", 300)}, [])  # out of range
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {"k": ("q9", 1)}, [])  # unknown type name
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {"k": []}, [])  # untyped empty list
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {}, [("w", W.astype(np.int32))])  # plain arrays: f32/f16 only
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {}, [("q", np.zeros(100, np.uint8), "q4_K", (2, 256))])  # size
+    with pytest.raises(ValueError):
+        nibble.gguf.write(p, {}, [("q", np.zeros(144, np.uint8), "q4_K", (1, 200))])  # row length
+    import os
+    assert not os.path.exists(p)
