@@ -279,6 +279,32 @@ struct KQuantFake {
   }
 };
 
+// Checks shared by the K-quant entry points; returns cfg with the super-block as the group.
+Config kquant_config(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Config& cfg,
+                     const char* who) {
+  check_shapes(W, X);
+  if (W.cols() % 256 != 0) detail::fail(who, ": cols = ", W.cols(), " is not a multiple of 256");
+  Config c = cfg;
+  c.group_size = 256;
+  c.bits = 4;
+  check_config(c, W.cols());
+  return c;
+}
+
+// Calls fn(KQuantFake<Block>) for Format::q4_K / q5_K; throws naming `who` for others.
+template <class Fn>
+auto with_kquant(Format f, const char* who, const Fn& fn) {
+  switch (f) {
+    case Format::q4_K:
+      return fn(KQuantFake<BlockQ4_K>{ref::quantize_q4_K, ref::dequantize_q4_K});
+    case Format::q5_K:
+      return fn(KQuantFake<BlockQ5_K>{ref::quantize_q5_K, ref::dequantize_q5_K});
+    default:
+      break;
+  }
+  detail::fail(who, ": format ", traits(f).name, " is not supported (expected q4_K or q5_K)");
+}
+
 template <class Block>
 std::vector<std::uint8_t> kquant_awq(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X,
                                      const Config& cfg, Result* result,
@@ -299,46 +325,16 @@ std::vector<std::uint8_t> kquant_awq(const Eigen::MatrixXf& W, const Eigen::Matr
 std::vector<std::uint8_t> search_blocks(Format f, const Eigen::MatrixXf& W,
                                         const Eigen::MatrixXf& X, const Config& cfg,
                                         Result* result) {
-  check_shapes(W, X);
-  if (W.cols() % 256 != 0)
-    detail::fail("awq::search_blocks: cols = ", W.cols(), " is not a multiple of 256");
-  Config c = cfg;
-  c.group_size = 256;
-  c.bits = 4;
-  check_config(c, W.cols());
-  switch (f) {
-    case Format::q4_K:
-      return kquant_awq<BlockQ4_K>(W, X, c, result, {ref::quantize_q4_K, ref::dequantize_q4_K});
-    case Format::q5_K:
-      return kquant_awq<BlockQ5_K>(W, X, c, result, {ref::quantize_q5_K, ref::dequantize_q5_K});
-    default:
-      break;
-  }
-  detail::fail("awq::search_blocks: format ", traits(f).name,
-               " is not supported (expected q4_K or q5_K)");
+  const Config c = kquant_config(W, X, cfg, "awq::search_blocks");
+  return with_kquant(f, "awq::search_blocks",
+                     [&](const auto& kq) { return kquant_awq(W, X, c, result, kq); });
 }
 
 Eigen::MatrixXf clip_search_blocks(Format f, const Eigen::MatrixXf& Ws, const Eigen::MatrixXf& Xs,
                                    const Config& cfg) {
-  check_shapes(Ws, Xs);
-  if (Ws.cols() % 256 != 0)
-    detail::fail("awq::clip_search_blocks: cols = ", Ws.cols(), " is not a multiple of 256");
-  Config c = cfg;
-  c.group_size = 256;
-  c.bits = 4;
-  check_config(c, Ws.cols());
-  switch (f) {
-    case Format::q4_K:
-      return clip_search_impl(Ws, Xs, c, 256,
-                              KQuantFake<BlockQ4_K>{ref::quantize_q4_K, ref::dequantize_q4_K});
-    case Format::q5_K:
-      return clip_search_impl(Ws, Xs, c, 256,
-                              KQuantFake<BlockQ5_K>{ref::quantize_q5_K, ref::dequantize_q5_K});
-    default:
-      break;
-  }
-  detail::fail("awq::clip_search_blocks: format ", traits(f).name,
-               " is not supported (expected q4_K or q5_K)");
+  const Config c = kquant_config(Ws, Xs, cfg, "awq::clip_search_blocks");
+  return with_kquant(f, "awq::clip_search_blocks",
+                     [&](const auto& kq) { return clip_search_impl(Ws, Xs, c, 256, kq); });
 }
 
 }  // namespace awq

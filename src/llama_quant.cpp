@@ -681,7 +681,7 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
         if (options.method == QuantMethod::gptq && mats == 1 &&
             (p.out_type == kQ4_K || p.out_type == kQ5_K || p.out_type == kQ6_K)) {
           hess = calib.find_tensor(t.name + ".hessian");
-          acts = hess ? nullptr : calib.find_tensor(t.name + ".inputs");
+          acts = hess ? nullptr : find_inputs(calib, t.name, cols);
         }
         if (hess || acts) {
           // GPTQ with K-quant output on the calibration Hessian of this layer.
@@ -696,10 +696,6 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
                 const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
                 reinterpret_cast<const float*>(hess->data), cols, cols);
           } else {
-            if (acts->type != kF32 || acts->shape.size() != 2 || acts->shape[0] != cols) {
-              fail("quantize: calibration tensor ", acts->name, " must be f32 [", cols,
-                   ", tokens]");
-            }
             Hessian h(cols);
             h.add_batch(reinterpret_cast<const float*>(acts->data), acts->shape[1]);
             H = h.matrix();
