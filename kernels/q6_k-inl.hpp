@@ -318,7 +318,7 @@ void register_q6_k(KernelTable& t) {
   k.dequant = &kq::dequant_q6_K;
   k.gemm = &kq::gemm_by_dot<BlockQ6_K, &kq::dot_q6_scalar>;
 #if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (Tag::isa == Isa::avx2) k.gemm = &kq::gemm_avx2_cols<BlockQ6_K, kq::Q6Avx2>;
+  if constexpr (Tag::bytes == 32) k.gemm = &kq::gemm_avx2_cols<BlockQ6_K, kq::Q6Avx2>;
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
   if constexpr (Tag::isa == Isa::avx512) k.gemm = &kq::gemm512<kq::Q6Fmt512, Tag::vnni>;

@@ -51,6 +51,11 @@ CpuFeatures detect() {
     f.avx512bw = ((b >> 30) & 1u) && f.avx512f;
     f.avx512vl = ((b >> 31) & 1u) && f.avx512f;
     f.avx512vnni = ((c >> 11) & 1u) && f.avx512f;
+    const unsigned max_sub = a;  // leaf 7 sub-leaf count
+    if (max_sub >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      f.avxvnni = ((a >> 4) & 1u) && f.avx;
+    }
   }
   return f;
 }

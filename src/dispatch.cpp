@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "nibble/core/cpu.hpp"
@@ -16,7 +17,7 @@ struct Registry {
   std::vector<TableVariant> runnable;
   std::vector<const char*> built;
   // Table per Isa value (null: not runnable).
-  const kernels::KernelTable* by_isa[4] = {nullptr, nullptr, nullptr, nullptr};
+  const kernels::KernelTable* by_isa[std::size(kAllIsas)] = {};
 };
 
 Registry build_registry() {
@@ -35,6 +36,10 @@ Registry build_registry() {
 #if defined(NIBBLE_BUILT_AVX2)
   const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2;
   add("avx2", Isa::avx2, &kernels::table_avx2, avx2);
+#endif
+#if defined(NIBBLE_BUILT_AVXVNNI)
+  add("avxvnni", Isa::avxvnni, &kernels::table_avxvnni,
+      cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2 && cpu.avxvnni);
 #endif
 #if defined(NIBBLE_BUILT_AVX512)
   const bool avx512 = cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2 && cpu.avx512f && cpu.avx512cd &&
@@ -59,15 +64,17 @@ const Registry& registry() {
   return r;
 }
 
-// Rank used by the NIBBLE_ISA cap: scalar < avx2 < avx512, scalar < neon.
+// Rank used by the NIBBLE_ISA cap: scalar < avx2 < avxvnni < avx512, scalar < neon.
 int rank(Isa i) {
   switch (i) {
     case Isa::scalar:
       return 0;
     case Isa::avx2:
       return 1;
-    case Isa::avx512:
+    case Isa::avxvnni:
       return 2;
+    case Isa::avx512:
+      return 3;
     case Isa::neon:
       return 1;
   }
@@ -87,8 +94,7 @@ EnvCap read_env() {
   if (v == nullptr || *v == '\0') return e;
   e.set = true;
   e.raw = v;
-  const Isa all[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
-  for (Isa i : all) {
+  for (Isa i : kAllIsas) {
     if (e.raw == isa_name(i)) {
       e.isa = i;
       return e;
@@ -107,7 +113,7 @@ Isa best_under_env() {
   const Registry& r = registry();
   const EnvCap& e = env_cap();
   if (e.set && !e.valid) {
-    fail("NIBBLE_ISA = \"", e.raw, "\" is not one of scalar, avx2, avx512, neon");
+    fail("NIBBLE_ISA = \"", e.raw, "\" is not one of scalar, avx2, avxvnni, avx512, neon");
   }
   Isa best = Isa::scalar;
   for (const TableVariant& v : r.runnable) {
@@ -138,7 +144,7 @@ const kernels::KernelTable& scalar_table() {
 Isa resolve_isa(const Context& ctx) {
   if (ctx.isa) {
     const int k = static_cast<int>(*ctx.isa);
-    if (k < 0 || k > 3) fail("Context::isa = ", k, " is not a valid nibble::Isa");
+    if (k < 0 || k >= static_cast<int>(std::size(kAllIsas))) fail("Context::isa = ", k, " is not a valid nibble::Isa");
     if (registry().by_isa[k] == nullptr) {
       std::string have;
       for (const TableVariant& v : registry().runnable) {

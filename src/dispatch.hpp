@@ -4,8 +4,9 @@
 // Resolution rules (each resolved once per process, immutable afterwards):
 //  - runnable = built into this binary AND supported by this CPU/OS (cpu_features()).
 //  - Context::isa set: that ISA (Error if not runnable); it takes precedence over NIBBLE_ISA.
-//  - otherwise NIBBLE_ISA (scalar|avx2|avx512|neon, read once) caps the choice: the best runnable
-//    ISA not above it (scalar < avx2 < avx512, scalar < neon); an unknown value is an Error.
+//  - otherwise NIBBLE_ISA (scalar|avx2|avxvnni|avx512|neon, read once) caps the choice: the best
+//    runnable ISA not above it (scalar < avx2 < avxvnni < avx512, scalar < neon); an unknown value
+//    is an Error.
 //  - otherwise the best runnable ISA.
 //  - Isa::avx512 maps to the VNNI table when the CPU has VNNI, Isa::neon to the dotprod table
 //    when the CPU has dotprod.
@@ -21,7 +22,7 @@ namespace nibble::detail {
 
 /// One kernel table compiled into this binary.
 struct TableVariant {
-  const char* name;  ///< "scalar", "avx2", "avx512", "avx512vnni", "neon", "neondot"
+  const char* name;  ///< "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "neon", "neondot"
   Isa isa;           ///< the Isa it implements
   const kernels::KernelTable* table;  ///< never null
 };

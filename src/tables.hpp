@@ -9,6 +9,9 @@ const KernelTable& table_scalar();
 #if defined(NIBBLE_BUILT_AVX2)
 const KernelTable& table_avx2();
 #endif
+#if defined(NIBBLE_BUILT_AVXVNNI)
+const KernelTable& table_avxvnni();
+#endif
 #if defined(NIBBLE_BUILT_AVX512)
 const KernelTable& table_avx512();
 #endif

@@ -33,7 +33,7 @@ using nibble::Format;
 using nibble::Isa;
 namespace nt = nibble::test;
 
-const Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
+using nibble::kAllIsas;
 
 bool has(const std::vector<Isa>& v, Isa i) {
   return std::find(v.begin(), v.end(), i) != v.end();
@@ -49,6 +49,9 @@ TEST(Dispatch, AvailableIsasAgreeWithCpuFeatures) {
   }
   if (has(av, Isa::avx512)) {
     EXPECT_TRUE(cpu.avx512f && cpu.avx512bw && cpu.avx512dq && cpu.avx512vl);
+  }
+  if (has(av, Isa::avxvnni)) {
+    EXPECT_TRUE(cpu.avx2 && cpu.avxvnni);
   }
   if (has(av, Isa::neon)) {
     EXPECT_TRUE(cpu.neon);
@@ -151,9 +154,14 @@ TEST(Dispatch, EnvironmentVariableHonoured) {
     EXPECT_EQ(run_child("NIBBLE_ISA=avx2 NIBBLE_EXPECT_BEST=avx2"), 0);
     EXPECT_EQ(run_child("NIBBLE_ISA=avx512 NIBBLE_EXPECT_BEST=avx512"), 0);
   }
+  if (has(av, Isa::avxvnni)) {
+    EXPECT_EQ(run_child("NIBBLE_ISA=avxvnni NIBBLE_EXPECT_BEST=avxvnni"), 0);
+  }
   if (has(av, Isa::avx2) && !has(av, Isa::avx512)) {
     // A cap above the CPU's best gives the best.
-    EXPECT_EQ(run_child("NIBBLE_ISA=avx512 NIBBLE_EXPECT_BEST=avx2"), 0);
+    EXPECT_EQ(run_child(std::string("NIBBLE_ISA=avx512 NIBBLE_EXPECT_BEST=") +
+                        (has(av, Isa::avxvnni) ? "avxvnni" : "avx2")),
+              0);
   }
   if (has(av, Isa::neon)) {
     EXPECT_EQ(run_child("NIBBLE_ISA=neon NIBBLE_EXPECT_BEST=neon"), 0);

@@ -41,6 +41,7 @@ namespace nibble::kernels {
 const KernelTable& table_scalar();
 #if defined(__x86_64__)
 const KernelTable& table_avx2();
+const KernelTable& table_avxvnni();
 const KernelTable& table_avx512();
 const KernelTable& table_avx512vnni();
 #endif
@@ -66,6 +67,9 @@ std::vector<Isa> simd_tables() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     v.push_back({"avx2", &kernels::table_avx2()});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("avxvnni"))
+    v.push_back({"avxvnni", &kernels::table_avxvnni()});
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
     v.push_back({"avx512", &kernels::table_avx512()});

@@ -107,6 +107,13 @@ struct TagInfo<Avx2Tag> {
   static constexpr Family family = Family::x86;
   static constexpr bool wide = false, vnni = false, dot = false;
 };
+#if defined(__AVXVNNI__)
+template <>
+struct TagInfo<AvxVnniTag> {
+  static constexpr Family family = Family::x86;
+  static constexpr bool wide = false, vnni = false, dot = false;
+};
+#endif
 #endif
 #if defined(NIBBLE_K_X86) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VL__)

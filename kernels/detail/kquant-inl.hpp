@@ -1234,7 +1234,7 @@ void register_q45(FormatKernels& k) {
   k.dequant = HighBit ? &dequant_q5_K : &dequant_q4_K;
   k.gemm = &gemm_by_dot<Block, &dot_q45_scalar<Block, HighBit>>;
 #if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (Tag::isa == Isa::avx2) k.gemm = &gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>;
+  if constexpr (Tag::bytes == 32) k.gemm = &gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>;
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
   if constexpr (Tag::isa == Isa::avx512)

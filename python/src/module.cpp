@@ -48,10 +48,10 @@ Format parse_format(const std::string& name) {
 
 std::optional<Isa> parse_isa(const std::optional<std::string>& name) {
   if (!name) return std::nullopt;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon}) {
+  for (Isa i : nibble::kAllIsas) {
     if (*name == nibble::isa_name(i)) return i;
   }
-  value_error("unknown isa '" + *name + "', expected scalar, avx2, avx512 or neon");
+  value_error("unknown isa '" + *name + "', expected scalar, avx2, avxvnni, avx512 or neon");
 }
 
 nibble::Context make_context(int threads, const std::optional<std::string>& isa) {

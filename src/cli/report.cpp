@@ -72,7 +72,7 @@ bool parse_format(const std::string& s, Format* f) {
 }
 
 bool parse_isa(const std::string& s, Isa* i) {
-  for (Isa c : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon}) {
+  for (Isa c : nibble::kAllIsas) {
     if (s == isa_name(c)) {
       *i = c;
       return true;

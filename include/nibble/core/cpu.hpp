@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512dq = false;    ///< AVX-512 DQ (and OS ZMM support)
   bool avx512vl = false;    ///< AVX-512 VL (and OS ZMM support)
   bool avx512vnni = false;  ///< AVX-512 VNNI (and OS ZMM support)
+  bool avxvnni = false;     ///< AVX-VNNI: VEX-encoded 256-bit vpdpbusd (and OS YMM support)
   // aarch64
   bool neon = false;     ///< Advanced SIMD (always present on aarch64)
   bool dotprod = false;  ///< Armv8.2 SDOT/UDOT (HWCAP_ASIMDDP)

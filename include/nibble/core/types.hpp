@@ -10,8 +10,14 @@ namespace nibble {
 /// bitsandbytes 4-bit (blocksize 64, fp32 absmax per block, see nibble/formats/nf4.hpp).
 enum class Format { f32, f16, q8_0, q4_K, q5_K, q6_K, q8_K, nf4, fp4 };
 
-/// Instruction sets nibble has kernels for.
-enum class Isa { scalar, avx2, avx512, neon };
+/// Instruction sets nibble has kernels for. avxvnni is AVX2 plus the 256-bit VEX-encoded
+/// vpdpbusd (AVX-VNNI: Intel client CPUs since Alder Lake, AMD Zen 4/5); avx512 uses AVX-512
+/// VNNI where the CPU has it; neon uses the dotprod extension where the CPU has it. New values are
+/// appended (the integer values are part of the C API).
+enum class Isa { scalar, avx2, avx512, neon, avxvnni };
+
+/// Every Isa value, in increasing order of preference within a processor family.
+inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avxvnni, Isa::avx512, Isa::neon};
 
 /// Static facts about a format.
 struct FormatTraits {
@@ -47,7 +53,7 @@ constexpr FormatTraits traits(Format f) {
   return {"?", 1, 0, -1, Format::f32};
 }
 
-/// Name of an ISA ("scalar", "avx2", "avx512", "neon").
+/// Name of an ISA ("scalar", "avx2", "avxvnni", "avx512", "neon").
 constexpr const char* isa_name(Isa i) {
   switch (i) {
     case Isa::scalar:
@@ -58,6 +64,8 @@ constexpr const char* isa_name(Isa i) {
       return "avx512";
     case Isa::neon:
       return "neon";
+    case Isa::avxvnni:
+      return "avxvnni";
   }
   return "?";
 }
