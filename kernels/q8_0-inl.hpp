@@ -66,252 +66,151 @@ inline void q8_0_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, st
   }
 }
 
-// ---- x86 ----
-#if defined(NIBBLE_K_X86)
-template <bool Vnni>
-struct Q8_0TileX86 {
-  using I = X86I8<Vnni>;
-  template <int R, int C>
-  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
-                  std::int64_t nb, float* Y, std::int64_t ldy) {
-    __m256 acc[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::size_t off = static_cast<std::size_t>(b) * kQ8_0Blk;
-      typename I::W w[R];
-      __m256 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const std::uint8_t* p = W + r * wrb + off;
-        if constexpr (C == 1) _mm_prefetch(reinterpret_cast<const char*>(p) + 1024, _MM_HINT_T0);
-        // Broadcast the fp16 scale and convert all lanes at once (exact).
-        dw[r] = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ld_u16(p))));
-        w[r] = I::prep_w(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
-      }
-      for (int c = 0; c < C; ++c) {
-        const std::uint8_t* p = A + c * arb + off;
-        const __m256 da = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ld_u16(p))));
-        const typename I::A a =
-            I::prep_a(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
-        for (int r = 0; r < R; ++r) {
-          const __m256 s = _mm256_cvtepi32_ps(I::dot(w[r], a));
-          acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), s, acc[r][c]);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        alignas(32) float t[8];
-        _mm256_store_ps(t, acc[r][c]);
-        Y[c * ldy + r] = hsum8_ordered(t);
-      }
-    }
-  }
-};
+// ---- SIMD (one body for AVX2, AVX-VNNI, AVX-512 (VNNI), NEON (dotprod)) ----
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-#if defined(NIBBLE_K_AVX512)
-/// AVX-512 GEMM tile (n > 1): two blocks per 512-bit register (lanes 0-7: block b, 8-15:
-/// block b + 1), so the float scaling costs half as many instructions. The two halves are
-/// added before ggml's 8-lane sum, so this order differs from the GEMV path in the last bits
-/// (the integer block sums are the same exact values).
-template <bool Vnni>
-struct Q8_0TileZmm {
-  static __m512i load2(const std::uint8_t* p) {  // quants of blocks at p and p + 34
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 + kQ8_0Blk));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+/// Q8_0 on one SIMD tag. A register holds kS blocks' quants (AVX-512: 2) or 1 / kV of one
+/// (NEON: half). Activations are re-laid out once per call (relayout): per row, nbp = nb rounded
+/// up to kS blocks (zero padded),
+///   int8  qs[nbp * 32]    the quants in order,
+///   int32 bias[nbp * 8]   -S8Dot::kBias * (sum of each 4 consecutive quants): the initial value
+///                         of the dot of each 4-byte group (cancels VNNI's +128 weight bias),
+///   float d[nbp]          the block scales as fp32 (exact).
+/// GEMV keeps ggml's float order (block by block, 8 lane sums, fma with float(w.d) * float(a.d),
+/// hsum8_ordered), so every ISA returns the scalar table's bits; on AVX-512 the two blocks of a
+/// register are added to the same 8 lanes one after the other (a half swap in between).
+template <class Tag>
+struct Q8_0Simd {
+  using D = S8Dot<Tag>;
+  static constexpr int kW = Tag::bytes;
+  static constexpr int kS = kW >= 32 ? kW / 32 : 1;  ///< blocks per register
+  static constexpr int kV = kW >= 32 ? 1 : 32 / kW;  ///< registers per block
+
+  static std::int64_t padded(std::int64_t cols) { return (cols / 32 + kS - 1) / kS * kS; }
+  static std::size_t act_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(padded(cols)) * (32 + 32 + 4);
   }
-  static __m512i load1(const std::uint8_t* p) {  // one block, upper half zero
-    return _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+  struct Act {
+    const std::int8_t* qs;
+    const std::int32_t* bias;
+    const float* d;
+  };
+  static Act act(const std::uint8_t* row, std::int64_t cols) {
+    const std::int64_t nbp = padded(cols);
+    return {reinterpret_cast<const std::int8_t*>(row),
+            reinterpret_cast<const std::int32_t*>(row + nbp * 32),
+            reinterpret_cast<const float*>(row + nbp * 64)};
   }
-  static __m512 scales(std::uint16_t h0, std::uint16_t h1) {  // [h0 x 8, h1 x 8] as fp32
-    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(static_cast<short>(h1)),
-                                            _mm_set1_epi16(static_cast<short>(h0))));
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const std::uint8_t*>(src);
+    auto* out = static_cast<std::uint8_t*>(dst);
+    std::memset(out, 0, act_bytes(cols));
+    const Act a = act(out, cols);
+    auto* qs = const_cast<std::int8_t*>(a.qs);
+    auto* bias = const_cast<std::int32_t*>(a.bias);
+    auto* d = const_cast<float*>(a.d);
+    for (std::int64_t b = 0; b < cols / 32; ++b, in += kQ8_0Blk) {
+      std::memcpy(qs + 32 * b, in + 2, 32);
+      for (int g = 0; g < 8; ++g) {
+        int sum = 0;
+        for (int t = 0; t < 4; ++t) sum += qs[32 * b + 4 * g + t];
+        bias[8 * b + g] = -D::kBias * sum;
+      }
+      d[b] = half_to_float(ld_u16(in));
+    }
   }
+
+  /// R weight rows x C activation rows, all blocks. GEMV (C == 1) prefetches its row streams
+  /// into L1 a little ahead and, when `far` is non-zero, the same bytes of the rows `far` bytes
+  /// further on (the next row group) into L2.
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
-                  std::int64_t nb, float* Y, std::int64_t ldy) {
-    __m512 acc[R][C];
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t ldy,
+                  std::size_t far = 0) {
+    constexpr int kPrefetch = 512;
+    VF<Tag> acc[R][C][kV];
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i ones16 = _mm512_set1_epi16(1);
-    for (std::int64_t b = 0; b < nb; b += 2) {
-      const bool pair = b + 1 < nb;
-      const std::size_t off = static_cast<std::size_t>(b) * kQ8_0Blk;
-      __m512i wu[R];
-      __mmask64 wneg[R];
-      __m512 dw[R];
+      for (int c = 0; c < C; ++c)
+        for (int v = 0; v < kV; ++v) acc[r][c][v] = VF<Tag>(0.0f);
+    Act a[C];
+    for (int c = 0; c < C; ++c) a[c] = act(A + c * arb, cols);
+    for (std::int64_t b = 0; b < nb; b += kS) {
+      const bool pair = kS == 2 && b + 1 < nb;
+      VI8<Tag> w[R][kV];
+      float dw[R][kS];
       for (int r = 0; r < R; ++r) {
-        const std::uint8_t* p = W + r * wrb + off;
-        const __m512i w = pair ? load2(p) : load1(p);
-        dw[r] = scales(ld_u16(p), pair ? ld_u16(p + kQ8_0Blk) : std::uint16_t{0});
-        if constexpr (Vnni) {
-          wu[r] = _mm512_xor_si512(w, k80);
-          wneg[r] = 0;
+        const std::uint8_t* p = W + r * wrb + static_cast<std::size_t>(b) * kQ8_0Blk;
+        if constexpr (C == 1) {
+          prefetch_l1(p + kPrefetch);
+          if (far) prefetch_l2(p + far);
+        }
+        if constexpr (kS == 2) {
+          w[r][0] = as<std::int8_t>(load_halves<Tag>(p + 2, pair ? p + 2 + kQ8_0Blk : p + 2));
+          dw[r][1] = pair ? h2f<Tag>(ld_u16(p + kQ8_0Blk)) : 0.0f;
         } else {
-          wu[r] = _mm512_abs_epi8(w);
-          wneg[r] = _mm512_movepi8_mask(w);
+          for (int v = 0; v < kV; ++v) w[r][v] = loadu<std::int8_t, Tag>(p + 2 + v * kW);
         }
+        dw[r][0] = h2f<Tag>(ld_u16(p));
       }
       for (int c = 0; c < C; ++c) {
-        const std::uint8_t* p = A + c * arb + off;
-        const __m512i a = pair ? load2(p) : load1(p);
-        const __m512 da = scales(ld_u16(p), pair ? ld_u16(p + kQ8_0Blk) : std::uint16_t{0});
-        __m512i base = _mm512_setzero_si512();
-#if defined(NIBBLE_K_AVX512VNNI)
-        if constexpr (Vnni) base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(base, k80, a));
-#endif
-        for (int r = 0; r < R; ++r) {
-          __m512i s;
-#if defined(NIBBLE_K_AVX512VNNI)
-          if constexpr (Vnni) {
-            s = _mm512_dpbusd_epi32(base, wu[r], a);
-          } else
-#endif
-          {
-            const __m512i sa = _mm512_mask_sub_epi8(a, wneg[r], _mm512_setzero_si512(), a);
-            s = _mm512_madd_epi16(_mm512_maddubs_epi16(wu[r], sa), ones16);
+        for (int v = 0; v < kV; ++v) {
+          const VI8<Tag> x = loadu<std::int8_t, Tag>(a[c].qs + 32 * b + v * kW);
+          const VI32<Tag> bias = loadu<std::int32_t, Tag>(a[c].bias + 8 * b + v * (kW / 4));
+          for (int r = 0; r < R; ++r) {
+            const VF<Tag> s = xsimd::to_float(D::dot(bias, w[r][v], x));
+            acc[r][c][v] = fmadd<Tag>(VF<Tag>(dw[r][0] * a[c].d[b]), s, acc[r][c][v]);
+            if constexpr (kS == 2) {
+              if (pair) {
+                acc[r][c][v] = fmadd<Tag>(VF<Tag>(dw[r][1] * a[c].d[b + 1]), swap_halves<Tag>(s),
+                                          acc[r][c][v]);
+              }
+            }
           }
-          acc[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], da), _mm512_cvtepi32_ps(s), acc[r][c]);
-        }
-        (void)base;
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        const __m256 lo = _mm512_castps512_ps256(acc[r][c]);
-        const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1));
-        alignas(32) float t[8];
-        _mm256_store_ps(t, _mm256_add_ps(lo, hi));
-        Y[c * ldy + r] = hsum8_ordered(t);
-      }
-    }
-  }
-};
-#endif
-
-inline void q8_0_dequant_x86(const void* src, std::int64_t n, float* dst) {
-  const auto* p = static_cast<const std::uint8_t*>(src);
-  for (std::int64_t b = 0; b < n / 32; ++b, p += kQ8_0Blk, dst += 32) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(ld_u16(p)));
-    for (int k = 0; k < 4; ++k) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 + 8 * k));
-      _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-    }
-  }
-}
-#endif
-
-// ---- NEON ----
-#if defined(NIBBLE_K_NEON)
-template <bool Dot>
-struct Q8_0TileNeon {
-  template <int R, int C>
-  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
-                  std::int64_t nb, float* Y, std::int64_t ldy) {
-    float32x4_t acc[R][C][2];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = vdupq_n_f32(0.0f);
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::size_t off = static_cast<std::size_t>(b) * kQ8_0Blk;
-      int8x16_t w[R][2];
-      float dw[R];
-      for (int r = 0; r < R; ++r) {
-        const std::uint8_t* p = W + r * wrb + off;
-        dw[r] = half_to_float(ld_u16(p));
-        w[r][0] = vld1q_s8(reinterpret_cast<const std::int8_t*>(p + 2));
-        w[r][1] = vld1q_s8(reinterpret_cast<const std::int8_t*>(p + 18));
-      }
-      for (int c = 0; c < C; ++c) {
-        const std::uint8_t* p = A + c * arb + off;
-        const float da = half_to_float(ld_u16(p));
-        const int8x16_t a0 = vld1q_s8(reinterpret_cast<const std::int8_t*>(p + 2));
-        const int8x16_t a1 = vld1q_s8(reinterpret_cast<const std::int8_t*>(p + 18));
-        for (int r = 0; r < R; ++r) {
-          const float32x4_t d = vdupq_n_f32(dw[r] * da);
-          const int32x4_t z = vdupq_n_s32(0);
-          const float32x4_t s0 = vcvtq_f32_s32(neon_dot16<Dot>(z, w[r][0], a0));
-          const float32x4_t s1 = vcvtq_f32_s32(neon_dot16<Dot>(z, w[r][1], a1));
-          acc[r][c][0] = vfmaq_f32(acc[r][c][0], d, s0);
-          acc[r][c][1] = vfmaq_f32(acc[r][c][1], d, s1);
         }
       }
     }
     for (int r = 0; r < R; ++r) {
       for (int c = 0; c < C; ++c) {
-        float t[8];
-        vst1q_f32(t, acc[r][c][0]);
-        vst1q_f32(t + 4, acc[r][c][1]);
-        Y[c * ldy + r] = hsum8_ordered(t);
+        alignas(64) float t[kV * (kW / 4)];
+        for (int v = 0; v < kV; ++v) acc[r][c][v].store_aligned(t + v * (kW / 4));
+        Y[c * ldy + r] = hsum8_ordered(t);  // lanes 0..7 (AVX-512: the lower half)
+      }
+    }
+  }
+
+  static void gemm(const void* Wv, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                   std::int64_t cols, const void* Av, std::size_t arb, std::int64_t n, float* Y,
+                   std::int64_t ldy) {
+    constexpr int kR = 4, kC = kW == 64 ? 4 : 3, kR1 = 4;
+    const auto* w = static_cast<const std::uint8_t*>(Wv);
+    const auto* a = static_cast<const std::uint8_t*>(Av);
+    const std::int64_t nb = cols / 32;
+    if (n == 1) return gemv_groups<Q8_0Simd, kR1>(w, wrb, r0, r1, Y, a, arb, nb, cols);
+    walk_tiles<kR, kC, kR1>(r0, r1, n, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
+      const std::uint8_t* wr = w + static_cast<std::size_t>(r) * wrb;
+      const std::uint8_t* ac = a + static_cast<std::size_t>(c) * arb;
+      float* y = Y + c * ldy + r;
+      if (n == 1) {
+        tile_dispatch<Q8_0Simd, kR1, 1>(rr, cc, wr, wrb, ac, arb, nb, cols, y, ldy);
+      } else {
+        tile_dispatch<Q8_0Simd, kR, kC>(rr, cc, wr, wrb, ac, arb, nb, cols, y, ldy);
+      }
+    });
+  }
+
+  /// y = x * d per block (the reference dequantizer's single float multiply).
+  static void dequant(const void* src, std::int64_t n, float* dst) {
+    constexpr int kL = kW / 4;
+    const auto* p = static_cast<const std::uint8_t*>(src);
+    for (std::int64_t b = 0; b < n / 32; ++b, p += kQ8_0Blk, dst += 32) {
+      const VF<Tag> d(h2f<Tag>(ld_u16(p)));
+      for (int k = 0; k < 32; k += kL) {
+        (xsimd::to_float(widen_i8_i32<Tag>(p + 2 + k)) * d).store_unaligned(dst + k);
       }
     }
   }
 };
-
-inline void q8_0_dequant_neon(const void* src, std::int64_t n, float* dst) {
-  const auto* p = static_cast<const std::uint8_t*>(src);
-  for (std::int64_t b = 0; b < n / 32; ++b, p += kQ8_0Blk, dst += 32) {
-    const float32x4_t d = vdupq_n_f32(half_to_float(ld_u16(p)));
-    for (int k = 0; k < 2; ++k) {
-      const int8x16_t q = vld1q_s8(reinterpret_cast<const std::int8_t*>(p + 2 + 16 * k));
-      const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_s8(vget_high_s8(q));
-      vst1q_f32(dst + 16 * k, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
-      vst1q_f32(dst + 16 * k + 4, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
-      vst1q_f32(dst + 16 * k + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
-      vst1q_f32(dst + 16 * k + 12, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
-    }
-  }
-}
 #endif
-
-/// Tile kernel and shapes per tag (GEMM R x C, GEMV R1).
-template <class Tag, Family F = TagInfo<Tag>::family>
-struct Q8_0Tiles;
-#if defined(NIBBLE_K_X86)
-template <class Tag>
-struct Q8_0Tiles<Tag, Family::x86> {
-  using K1 = Q8_0TileX86<TagInfo<Tag>::vnni>;  // GEMV: the reference operation order
-#if defined(NIBBLE_K_AVX512)
-  using K = std::conditional_t<TagInfo<Tag>::wide, Q8_0TileZmm<TagInfo<Tag>::vnni>, K1>;
-#else
-  using K = K1;
-#endif
-  static constexpr int R = TagInfo<Tag>::wide ? 4 : 2;
-  static constexpr int C = TagInfo<Tag>::wide ? 4 : 3;
-  static constexpr int R1 = 4;
-};
-#endif
-#if defined(NIBBLE_K_NEON)
-template <class Tag>
-struct Q8_0Tiles<Tag, Family::neon> {
-  using K = Q8_0TileNeon<TagInfo<Tag>::dot>;
-  using K1 = K;
-  static constexpr int R = 2, C = 4, R1 = 4;
-};
-#endif
-
-template <class Tag>
-void q8_0_gemm_simd(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
-                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
-                    std::int64_t ldy) {
-  using T = Q8_0Tiles<Tag>;
-  using K = typename T::K;
-  using K1 = typename T::K1;
-  const auto* w = static_cast<const std::uint8_t*>(W);
-  const auto* a = static_cast<const std::uint8_t*>(A);
-  const std::int64_t nb = cols / 32;
-  walk_tiles<T::R, T::C, T::R1>(r0, r1, n, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
-    const std::uint8_t* wr = w + static_cast<std::size_t>(r) * wrb;
-    const std::uint8_t* ac = a + static_cast<std::size_t>(c) * arb;
-    float* y = Y + c * ldy + r;
-    if (n == 1) {
-      tile_dispatch<K1, T::R1, 1>(rr, cc, wr, wrb, ac, arb, nb, y, ldy);
-    } else {
-      tile_dispatch<K, T::R, T::C>(rr, cc, wr, wrb, ac, arb, nb, y, ldy);
-    }
-  });
-}
 
 template <class Tag>
 void register_q8_0(KernelTable& t) {
@@ -321,16 +220,13 @@ void register_q8_0(KernelTable& t) {
     k.dequant = &q8_0_dequant_scalar;
     k.gemm = &q8_0_gemm_scalar;
   }
-#if defined(NIBBLE_K_X86)
-  if constexpr (fam == Family::x86) {
-    k.dequant = &q8_0_dequant_x86;
-    k.gemm = &q8_0_gemm_simd<Tag>;
-  }
-#endif
-#if defined(NIBBLE_K_NEON)
-  if constexpr (fam == Family::neon) {
-    k.dequant = &q8_0_dequant_neon;
-    k.gemm = &q8_0_gemm_simd<Tag>;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (fam != Family::scalar) {
+    using K = Q8_0Simd<Tag>;
+    k.dequant = &K::dequant;
+    k.gemm = &K::gemm;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
   }
 #endif
 }

@@ -10,6 +10,9 @@
 
 namespace nibble::kernels {
 
+/// Capacity of the per-format table (more than the Format enumerators, which grow).
+constexpr int kFormatSlots = 32;
+
 /// Kernels of one weight format on one ISA. Any entry may be null (not provided: the caller
 /// falls back to the scalar table).
 struct FormatKernels {
@@ -18,9 +21,16 @@ struct FormatKernels {
   /// Quantize `n` fp32 values (multiple of the block size) into blocks; `importance` (n weights
   /// or null). Must be byte-identical to the scalar reference.
   void (*quantize)(const float* src, std::int64_t n, void* dst, const float* importance) = nullptr;
+  /// Optional activation re-layout. Null: gemm reads activation rows as they are (fp32, or
+  /// blocks of the format's activation format traits(f).activation, as the activation
+  /// quantizers below write them). Non-null: act_relayout turns one such row of `cols` values
+  /// into the layout this table's gemm reads (a pure re-arrangement plus derived sums: no new
+  /// rounding), act_bytes(cols) bytes long. Done once per call, shared by every thread.
+  std::size_t (*act_bytes)(std::int64_t cols) = nullptr;
+  void (*act_relayout)(const void* row, std::int64_t cols, void* dst) = nullptr;
   /// Y[j * ldy + r] = dot(W row r, activation row j) for r in [r0, r1), j in [0, n).
-  /// `W` points at row 0, rows are `w_row_bytes` apart. `A` holds n activation rows already in
-  /// the format's activation format (traits(f).activation), `a_row_bytes` apart.
+  /// `W` points at row 0, rows are `w_row_bytes` apart. `A` holds n activation rows (see
+  /// act_relayout), `a_row_bytes` apart.
   void (*gemm)(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
                std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
                std::int64_t ldy) = nullptr;
@@ -29,7 +39,7 @@ struct FormatKernels {
 /// All kernels of one ISA.
 struct KernelTable {
   Isa isa = Isa::scalar;
-  FormatKernels fmt[9];  ///< indexed by static_cast<int>(Format)
+  FormatKernels fmt[kFormatSlots];  ///< indexed by static_cast<int>(Format)
   /// Activation quantizers (byte-identical to the scalar reference): `n` fp32 -> blocks.
   void (*quantize_act_q8_K)(const float* src, std::int64_t n, void* dst) = nullptr;
   void (*quantize_act_q8_0)(const float* src, std::int64_t n, void* dst) = nullptr;

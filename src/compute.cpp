@@ -127,13 +127,18 @@ void dequantize_task(void* arg, std::int64_t i) {
   }
 }
 
-// Entry of `f` in `t`, each null member replaced by the scalar table's.
+// Entry of `f` in `t`, each null member replaced by the scalar table's (gemm and its activation
+// re-layout always come from the same table).
 kernels::FormatKernels merged(const kernels::KernelTable& t, Format f) {
   kernels::FormatKernels k = t.fmt[static_cast<int>(f)];
   const kernels::FormatKernels& s = scalar_table().fmt[static_cast<int>(f)];
   if (!k.dequant) k.dequant = s.dequant;
   if (!k.quantize) k.quantize = s.quantize;
-  if (!k.gemm) k.gemm = s.gemm;
+  if (!k.gemm) {
+    k.gemm = s.gemm;
+    k.act_bytes = s.act_bytes;
+    k.act_relayout = s.act_relayout;
+  }
   return k;
 }
 
@@ -178,6 +183,15 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
     abuf.resize(arb * static_cast<std::size_t>(n));
     for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, abuf.data() + j * arb);
     A = abuf.data();
+  }
+  std::vector<std::uint8_t> rbuf;
+  if (k.act_relayout) {
+    const std::size_t rb = k.act_bytes(cols);
+    rbuf.resize(rb * static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j)
+      k.act_relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, rbuf.data() + j * rb);
+    A = rbuf.data();
+    arb = rb;
   }
   GemmJob job{k, W, row_size(f, cols), rows, cols, n, A, arb, Y, 0};
   const std::int64_t tasks = task_count(ctx, rows, static_cast<double>(cols) * n);

@@ -144,7 +144,8 @@ const kernels::KernelTable& scalar_table() {
 Isa resolve_isa(const Context& ctx) {
   if (ctx.isa) {
     const int k = static_cast<int>(*ctx.isa);
-    if (k < 0 || k >= static_cast<int>(std::size(kAllIsas))) fail("Context::isa = ", k, " is not a valid nibble::Isa");
+    if (k < 0 || k >= static_cast<int>(std::size(kAllIsas)))
+      fail("Context::isa = ", k, " is not a valid nibble::Isa");
     if (registry().by_isa[k] == nullptr) {
       std::string have;
       for (const TableVariant& v : registry().runnable) {

@@ -248,19 +248,31 @@ inline std::vector<std::uint8_t> quantize_act(const KernelTable& t, Format w, co
   return out;
 }
 
-/// Calls t's gemm (scalar fallback) on already-quantized activations for rows [r0, r1);
-/// returns Y (n x rows, ldy = rows; rows outside [r0, r1) stay NaN).
+/// Calls t's gemm (scalar fallback) on already-quantized activations (rows in the plain
+/// activation format, `a_row_bytes` apart; re-laid out first when the table's gemm wants its
+/// own activation layout) for rows [r0, r1); returns Y (n x rows, ldy = rows; rows outside
+/// [r0, r1) stay NaN).
 inline std::vector<float> gemm_raw(const KernelTable& t, Format w, const void* W, std::int64_t rows,
                                    std::int64_t cols, const void* A, std::size_t a_row_bytes,
                                    std::int64_t n, std::int64_t r0, std::int64_t r1) {
-  auto g = fmt_kernels(t, w).gemm;
-  if (!g) g = fmt_kernels(scalar_table(), w).gemm;
+  const FormatKernels* k = &fmt_kernels(t, w);
+  if (!k->gemm) k = &fmt_kernels(scalar_table(), w);
   std::vector<float> y(static_cast<std::size_t>(n * rows), std::nanf(""));
-  if (!g) {
+  if (!k->gemm) {
     ADD_FAILURE() << "no gemm for format " << traits(w).name;
     return y;
   }
-  g(W, row_size(w, cols), r0, r1, cols, A, a_row_bytes, n, y.data(), rows);
+  std::vector<std::uint8_t> relaid;
+  if (k->act_relayout) {
+    const std::size_t rb = k->act_bytes(cols);
+    relaid.resize(rb * static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j)
+      k->act_relayout(static_cast<const std::uint8_t*>(A) + j * a_row_bytes, cols,
+                      relaid.data() + j * rb);
+    A = relaid.data();
+    a_row_bytes = rb;
+  }
+  k->gemm(W, row_size(w, cols), r0, r1, cols, A, a_row_bytes, n, y.data(), rows);
   return y;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/simd.hpp"
 
 #if defined(NIBBLE_K_NEON)
 namespace nibble::kernels {
@@ -76,6 +77,186 @@ inline int32x4_t neon_dot16(int32x4_t acc, int8x16_t w, int8x16_t a) {
   const int32x4_t pl = vpaddlq_s16(lo);  // pairs 0+1, 2+3, 4+5, 6+7
   const int32x4_t ph = vpaddlq_s16(hi);
   return vaddq_s32(acc, vpaddq_s32(pl, ph));
+}
+
+}  // namespace
+}  // namespace nibble::kernels
+
+// ===================================================================== the helper vocabulary
+// NEON implementations of the operations xsimd 8.1 lacks (see intrin-x86.hpp for the contract of
+// each; the same names, the same results).
+namespace nibble::kernels {
+namespace {
+
+template <class Tag>
+inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s) {
+  // u <= 127 on every caller, so it is also a valid signed byte.
+  const int8x16_t us = vreinterpretq_s8_u8(u);
+#if defined(__ARM_FEATURE_DOTPROD)
+  if constexpr (Tag::dotprod) return VI32<Tag>(vdotq_s32(acc, us, s));
+#endif
+  const int16x8_t lo = vmull_s8(vget_low_s8(us), vget_low_s8(s));
+  const int16x8_t hi = vmull_high_s8(us, s);
+  return VI32<Tag>(vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))));
+}
+
+template <class Tag>
+struct S8Dot {
+  static constexpr int kBias = 0;
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VI8<Tag>& w, const VI8<Tag>& a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    if constexpr (Tag::dotprod) return VI32<Tag>(vdotq_s32(acc, w, a));
+#endif
+    const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+    const int16x8_t hi = vmull_high_s8(w, a);
+    return VI32<Tag>(vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))));
+  }
+};
+
+template <class Tag>
+inline VI16<Tag> madd_u8s8(const VU8<Tag>& u, const VI8<Tag>& s) {
+  const int8x16_t us = vreinterpretq_s8_u8(u);
+  const int16x8_t lo = vmull_s8(vget_low_s8(us), vget_low_s8(s));
+  const int16x8_t hi = vmull_high_s8(us, s);
+  return VI16<Tag>(vpaddq_s16(lo, hi));
+}
+
+template <class Tag>
+inline VI32<Tag> madd_i16(const VI16<Tag>& a, const VI16<Tag>& b) {
+  const int32x4_t lo = vmull_s16(vget_low_s16(a), vget_low_s16(b));
+  const int32x4_t hi = vmull_high_s16(a, b);
+  return VI32<Tag>(vpaddq_s32(lo, hi));
+}
+
+/// NEON: indices >= 16 give 0 (x86: the low 4 bits are used); callers pass indices < 16.
+template <class Tag>
+inline VI8<Tag> lookup16(const VI8<Tag>& table, const VU8<Tag>& idx) {
+  return VI8<Tag>(vqtbl1q_s8(table, idx));
+}
+
+template <class Tag>
+inline VI8<Tag> table16(const std::int8_t* t16) {
+  return VI8<Tag>(vld1q_s8(t16));
+}
+
+template <class Tag>
+inline VF<Tag> load_f16(const void* p) {
+  return VF<Tag>(
+      vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(static_cast<const std::uint16_t*>(p)))));
+}
+
+template <class Tag>
+inline VU8<Tag> load_halves(const void* lo, const void* hi) {
+  return VU8<Tag>(vcombine_u8(vld1_u8(static_cast<const std::uint8_t*>(lo)),
+                              vld1_u8(static_cast<const std::uint8_t*>(hi))));
+}
+
+template <class Tag>
+inline VF<Tag> set_halves(float a, float b) {
+  return VF<Tag>(vcombine_f32(vdup_n_f32(a), vdup_n_f32(b)));
+}
+
+template <class Tag>
+inline VI8<Tag> narrow_i32_i8(const VI32<Tag> v[4]) {
+  const int16x8_t a = vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1]));
+  const int16x8_t b = vcombine_s16(vqmovn_s32(v[2]), vqmovn_s32(v[3]));
+  return VI8<Tag>(vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
+}
+
+template <class Tag>
+inline VI32<Tag> round_i32(const VF<Tag>& x) {
+  return VI32<Tag>(vcvtnq_s32_f32(x));
+}
+
+/// Byte indices selecting 32-bit lanes idx[i] (for tbl).
+inline uint8x16_t lane_bytes(int32x4_t idx) {
+  static const std::uint8_t rep[16] = {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12};
+  static const std::uint8_t off[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+  const uint8x16_t b = vreinterpretq_u8_s32(vshlq_n_s32(idx, 2));
+  return vaddq_u8(vqtbl1q_u8(b, vld1q_u8(rep)), vld1q_u8(off));
+}
+
+template <class Tag>
+inline VF<Tag> permute_f32(const VF<Tag>& v, const VI32<Tag>& idx) {
+  return VF<Tag>(vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(v), lane_bytes(idx))));
+}
+template <class Tag>
+inline VI32<Tag> permute_i32(const VI32<Tag>& v, const VI32<Tag>& idx) {
+  return VI32<Tag>(vreinterpretq_s32_u8(vqtbl1q_u8(vreinterpretq_u8_s32(v), lane_bytes(idx))));
+}
+
+template <class Tag>
+inline VI32<Tag> widen_u8_i32(const void* p) {
+  std::uint32_t w;
+  std::memcpy(&w, p, 4);
+  const uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(w));
+  return VI32<Tag>(vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(b)))));
+}
+
+template <class Tag>
+inline VI16<Tag> widen_u8_i16(const void* p) {
+  return VI16<Tag>(vreinterpretq_s16_u16(vmovl_u8(vld1_u8(static_cast<const std::uint8_t*>(p)))));
+}
+
+template <class Tag>
+inline VF<Tag> swap_halves(const VF<Tag>& v) {
+  return VF<Tag>(vextq_f32(v, v, 2));
+}
+
+template <class Tag>
+inline float h2f(std::uint16_t h) {
+  return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+template <class Tag>
+inline VI32<Tag> widen_i8_i32(const void* p) {
+  std::int32_t w;
+  std::memcpy(&w, p, 4);
+  const int8x8_t b = vreinterpret_s8_s32(vdup_n_s32(w));
+  return VI32<Tag>(vmovl_s16(vget_low_s16(vmovl_s8(b))));
+}
+
+template <class Tag>
+inline VF<Tag> fmadd(const VF<Tag>& a, const VF<Tag>& b, const VF<Tag>& c) {
+  return VF<Tag>(vfmaq_f32(c, a, b));
+}
+
+template <class Tag>
+inline VU8<Tag> bcast_u64x2(std::uint64_t lo, std::uint64_t hi) {
+  return VU8<Tag>(vcombine_u8(vcreate_u8(lo), vcreate_u8(hi)));
+}
+
+template <class Tag>
+struct ScaledDot {
+  static constexpr bool kPairs = false;  // lane bytes (scale, 0, 0, 0): an int32 multiplier
+  static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                       const VI8<Tag>& pat) {
+    return VI32<Tag>(vmlaq_s32(acc, dot_u8s8<Tag>(VI32<Tag>(0), u, s), vreinterpretq_s32_s8(pat)));
+  }
+};
+
+template <class Tag>
+inline VU8<Tag> load_lanes(const void* const* p) {
+  return VU8<Tag>(vld1q_u8(static_cast<const std::uint8_t*>(p[0])));
+}
+
+template <class Tag>
+inline VU8<Tag> bcast_lane(const VU8<Tag>& v, int) {
+  return v;
+}
+
+template <class Tag>
+inline VF<Tag> spread_lanes(const float* v) {
+  return VF<Tag>(vdupq_n_f32(v[0]));
+}
+
+template <class Tag>
+inline void h2f_pair(const void* p, float* a, float* b) {
+  std::uint32_t w;
+  std::memcpy(&w, p, 4);
+  const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u32(vdup_n_u32(w)));
+  *a = vgetq_lane_f32(f, 0);
+  *b = vgetq_lane_f32(f, 1);
 }
 
 }  // namespace

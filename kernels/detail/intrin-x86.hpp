@@ -5,6 +5,7 @@
 #pragma once
 
 #include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/simd.hpp"
 
 #if defined(NIBBLE_K_X86)
 namespace nibble::kernels {
@@ -146,6 +147,358 @@ struct X86I8 {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
   }
 };
+
+}  // namespace
+}  // namespace nibble::kernels
+
+// ===================================================================== the helper vocabulary
+// One function per operation xsimd 8.1 lacks; AVX2 / AVX-VNNI (32-byte) and AVX-512 (64-byte)
+// implementations selected by Tag::bytes and Tag::vnni. Kernel bodies call only these.
+namespace nibble::kernels {
+namespace {
+
+/// acc + per 4-byte group sum of u[i] * s[i] (u unsigned, s signed). Without VNNI (maddubs) the
+/// pair sums saturate at int16: callers keep u <= 127 there (every K-quant level does).
+template <class Tag>
+inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512VNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpbusd_epi32(acc, u, s));
+#endif
+#if defined(__AVX512BW__)
+    const __m512i p = _mm512_maddubs_epi16(u, s);
+    return VI32<Tag>(_mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1))));
+#endif
+  } else {
+#if defined(__AVXVNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpbusd_avx_epi32(acc, u, s));
+#endif
+    const __m256i p = _mm256_maddubs_epi16(u, s);
+    return VI32<Tag>(_mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1))));
+  }
+}
+
+/// Signed x signed int8 dot: acc + per 4-byte group sum of (w[i] + kBias) * a[i], with w in
+/// [-127, 127]. VNNI: one vpdpbusd on w + 128 (kBias = 128: the caller subtracts 128 * sum(a)
+/// of the group, a per-activation constant); without VNNI: |w| times a with w's sign (kBias = 0).
+template <class Tag>
+struct S8Dot {
+  static constexpr int kBias = Tag::vnni ? 128 : 0;
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VI8<Tag>& w, const VI8<Tag>& a) {
+    if constexpr (Tag::vnni) {
+      return dot_u8s8<Tag>(acc, as<std::uint8_t>(w ^ VI8<Tag>(static_cast<std::int8_t>(-128))), a);
+    } else if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      const __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+      return dot_u8s8<Tag>(acc, VU8<Tag>(_mm512_abs_epi8(w)), VI8<Tag>(sa));
+#endif
+    } else {
+      return dot_u8s8<Tag>(acc, VU8<Tag>(_mm256_abs_epi8(w)), VI8<Tag>(_mm256_sign_epi8(a, w)));
+    }
+  }
+};
+
+/// u8 x s8 products summed in adjacent pairs to int16 (saturating; u <= 127 keeps it exact).
+template <class Tag>
+inline VI16<Tag> madd_u8s8(const VU8<Tag>& u, const VI8<Tag>& s) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VI16<Tag>(_mm512_maddubs_epi16(u, s));
+#endif
+  } else {
+    return VI16<Tag>(_mm256_maddubs_epi16(u, s));
+  }
+}
+
+/// int16 x int16 products summed in adjacent pairs to int32 (pmaddwd).
+template <class Tag>
+inline VI32<Tag> madd_i16(const VI16<Tag>& a, const VI16<Tag>& b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VI32<Tag>(_mm512_madd_epi16(a, b));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_madd_epi16(a, b));
+  }
+}
+
+/// Table lookup of bytes: result byte i = table[idx[i] & 15] within each 16-byte lane (the
+/// table is repeated in every lane; idx bytes must be < 128).
+template <class Tag>
+inline VI8<Tag> lookup16(const VI8<Tag>& table, const VU8<Tag>& idx) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VI8<Tag>(_mm512_shuffle_epi8(table, idx));
+#endif
+  } else {
+    return VI8<Tag>(_mm256_shuffle_epi8(table, idx));
+  }
+}
+
+/// A 16-entry byte table repeated in every 16-byte lane (for lookup16).
+template <class Tag>
+inline VI8<Tag> table16(const std::int8_t* t16) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t16));
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VI8<Tag>(_mm512_broadcast_i32x4(t));
+#endif
+  } else {
+    return VI8<Tag>(_mm256_broadcastsi128_si256(t));
+  }
+}
+
+/// Tag::bytes / 2 binary16 values from p, converted exactly to fp32.
+template <class Tag>
+inline VF<Tag> load_f16(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VF<Tag>(_mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))));
+#endif
+  } else {
+    return VF<Tag>(_mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+  }
+}
+
+/// Tag::bytes / 2 bytes from lo followed by Tag::bytes / 2 bytes from hi.
+template <class Tag>
+inline VU8<Tag> load_halves(const void* lo, const void* hi) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    const __m512i l = _mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo)));
+    return VU8<Tag>(_mm512_inserti64x4(l, _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1));
+#endif
+  } else {
+    return VU8<Tag>(
+        _mm256_loadu2_m128i(static_cast<const __m128i*>(hi), static_cast<const __m128i*>(lo)));
+  }
+}
+
+/// Floats: the lower half of the lanes a, the upper half b.
+template <class Tag>
+inline VF<Tag> set_halves(float a, float b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512DQ__)
+    return VF<Tag>(_mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1));
+#endif
+  } else {
+    return VF<Tag>(_mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a)));
+  }
+}
+
+/// Four int32 vectors narrowed with signed saturation to int8, in element order (v[0] first).
+template <class Tag>
+inline VI8<Tag> narrow_i32_i8(const VI32<Tag> v[4]) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    const __m512i p =
+        _mm512_packs_epi16(_mm512_packs_epi32(v[0], v[1]), _mm512_packs_epi32(v[2], v[3]));
+    // 128-bit lane l of p holds dwords: v0[4l..], v1[4l..], v2[4l..], v3[4l..] (4 bytes each)
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return VI8<Tag>(_mm512_permutexvar_epi32(idx, p));
+#endif
+  } else {
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    return VI8<Tag>(_mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
+/// Float lanes rounded to the nearest integer, ties to even (the default rounding mode).
+template <class Tag>
+inline VI32<Tag> round_i32(const VF<Tag>& x) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VI32<Tag>(_mm512_cvtps_epi32(x));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_cvtps_epi32(x));
+  }
+}
+
+/// Lane i of the result = v[idx[i]] (32-bit lanes, across the whole register).
+template <class Tag>
+inline VF<Tag> permute_f32(const VF<Tag>& v, const VI32<Tag>& idx) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VF<Tag>(_mm512_permutexvar_ps(idx, v));
+#endif
+  } else {
+    return VF<Tag>(_mm256_permutevar8x32_ps(v, idx));
+  }
+}
+template <class Tag>
+inline VI32<Tag> permute_i32(const VI32<Tag>& v, const VI32<Tag>& idx) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VI32<Tag>(_mm512_permutexvar_epi32(idx, v));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_permutevar8x32_epi32(v, idx));
+  }
+}
+
+/// Zero-extends Tag::bytes / 4 bytes from p to int32 lanes.
+template <class Tag>
+inline VI32<Tag> widen_u8_i32(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VI32<Tag>(_mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+  }
+}
+
+/// Zero-extends Tag::bytes / 2 bytes from p to int16 lanes.
+template <class Tag>
+inline VI16<Tag> widen_u8_i16(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VI16<Tag>(_mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p))));
+#endif
+  } else {
+    return VI16<Tag>(_mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+  }
+}
+
+/// The two halves of the register swapped (lanes L/2.. first).
+template <class Tag>
+inline VF<Tag> swap_halves(const VF<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VF<Tag>(_mm512_shuffle_f32x4(v, v, 0x4E));
+#endif
+  } else {
+    return VF<Tag>(_mm256_permute2f128_ps(v, v, 0x01));
+  }
+}
+
+/// One binary16 value converted exactly to fp32 (F16C).
+template <class Tag>
+inline float h2f(std::uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+/// Sign-extends Tag::bytes / 4 bytes from p to int32 lanes.
+template <class Tag>
+inline VI32<Tag> widen_i8_i32(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VI32<Tag>(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+  }
+}
+
+/// a * b + c with one rounding. (xsimd 8.1's fma on avx512bw is a multiply and an add: two
+/// roundings, two instructions.)
+template <class Tag>
+inline VF<Tag> fmadd(const VF<Tag>& a, const VF<Tag>& b, const VF<Tag>& c) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VF<Tag>(_mm512_fmadd_ps(a, b, c));
+#endif
+  } else {
+    return VF<Tag>(_mm256_fmadd_ps(a, b, c));
+  }
+}
+
+/// Bytes: each 16-byte lane holds lo (little-endian, bytes 0-7) then hi (bytes 8-15).
+template <class Tag>
+inline VU8<Tag> bcast_u64x2(std::uint64_t lo, std::uint64_t hi) {
+  const __m128i v = _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VU8<Tag>(_mm512_broadcast_i32x4(v));
+#endif
+  } else {
+    return VU8<Tag>(_mm256_broadcastsi128_si256(v));
+  }
+}
+
+/// acc + per int32 lane: scale * (sum of the 4 products u * s of the lane), where the scale of
+/// the lane comes from `pat`, built by lookup16 with ScaledDot<Tag>::kPairs patterns: kPairs
+/// false: the lane's bytes are (scale, 0, 0, 0) (VNNI: the int32 dot, then pmaddwd); true:
+/// (scale, 0, scale, 0) (maddubs' int16 pair sums, then pmaddwd). u <= 31, scale <= 127.
+template <class Tag>
+struct ScaledDot {
+  static constexpr bool kPairs = !Tag::vnni;
+  static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                       const VI8<Tag>& pat) {
+    if constexpr (Tag::vnni) {
+      return acc + madd_i16<Tag>(as<std::int16_t>(dot_u8s8<Tag>(VI32<Tag>(0), u, s)),
+                                 as<std::int16_t>(pat));
+    } else {
+      return acc + madd_i16<Tag>(madd_u8s8<Tag>(u, s), as<std::int16_t>(pat));
+    }
+  }
+};
+
+/// 16 bytes from each of the Tag::bytes / 16 pointers, one per 16-byte lane (lane i from p[i]).
+template <class Tag>
+inline VU8<Tag> load_lanes(const void* const* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    auto ld = [](const void* q) { return _mm_loadu_si128(static_cast<const __m128i*>(q)); };
+    __m512i v = _mm512_castsi128_si512(ld(p[0]));
+    v = _mm512_inserti32x4(v, ld(p[1]), 1);
+    v = _mm512_inserti32x4(v, ld(p[2]), 2);
+    return VU8<Tag>(_mm512_inserti32x4(v, ld(p[3]), 3));
+#endif
+  } else {
+    return VU8<Tag>(
+        _mm256_loadu2_m128i(static_cast<const __m128i*>(p[1]), static_cast<const __m128i*>(p[0])));
+  }
+}
+
+/// 16-byte lane `i` of v repeated in every lane.
+template <class Tag>
+inline VU8<Tag> bcast_lane(const VU8<Tag>& v, int i) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    switch (i) {
+      case 0:
+        return VU8<Tag>(_mm512_shuffle_i32x4(v, v, 0x00));
+      case 1:
+        return VU8<Tag>(_mm512_shuffle_i32x4(v, v, 0x55));
+      case 2:
+        return VU8<Tag>(_mm512_shuffle_i32x4(v, v, 0xAA));
+      default:
+        return VU8<Tag>(_mm512_shuffle_i32x4(v, v, 0xFF));
+    }
+#endif
+  } else {
+    return i == 0 ? VU8<Tag>(_mm256_permute2x128_si256(v, v, 0x00))
+                  : VU8<Tag>(_mm256_permute2x128_si256(v, v, 0x11));
+  }
+}
+
+/// Floats: lane j = v[j / 4] (one value per 16-byte lane; v holds Tag::bytes / 16 floats, read
+/// as scalars: no vector load of recently stored floats).
+template <class Tag>
+inline VF<Tag> spread_lanes(const float* v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return VF<Tag>(
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_setr_ps(v[0], v[1], v[2], v[3]))));
+#endif
+  } else {
+    return VF<Tag>(_mm256_set_m128(_mm_set1_ps(v[1]), _mm_set1_ps(v[0])));
+  }
+}
+
+/// Two binary16 values at p (little-endian pair) converted exactly to fp32.
+template <class Tag>
+inline void h2f_pair(const void* p, float* a, float* b) {
+  std::int32_t w;
+  std::memcpy(&w, p, 4);
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(w));
+  *a = _mm_cvtss_f32(f);
+  *b = _mm_cvtss_f32(_mm_movehdup_ps(f));
+}
 
 }  // namespace
 }  // namespace nibble::kernels

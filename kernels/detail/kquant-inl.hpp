@@ -22,6 +22,7 @@
 #include "nibble/formats/q8_k.hpp"
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/table.hpp"
+#include "nibble/kernels/detail/q45-inl.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -1234,15 +1235,27 @@ void register_q45(FormatKernels& k) {
   k.dequant = HighBit ? &dequant_q5_K : &dequant_q4_K;
   k.gemm = &gemm_by_dot<Block, &dot_q45_scalar<Block, HighBit>>;
 #if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (Tag::bytes == 32) k.gemm = &gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>;
+  if constexpr (Tag::bytes == 32) {
+    using K = Q45Simd<Tag, HighBit>;
+    k.gemm = &K::template gemm<&gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>>;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
+  }
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-  if constexpr (Tag::isa == Isa::avx512)
-    k.gemm = &gemm512<Q45Fmt512<HighBit, Tag::vnni>, Tag::vnni>;
+  if constexpr (Tag::bytes == 64) {
+    using K = Q45Simd<Tag, HighBit>;
+    k.gemm = &K::template gemm<&gemm512<Q45Fmt512<HighBit, Tag::vnni>, Tag::vnni>>;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
+  }
 #endif
 #if defined(__aarch64__)
   if constexpr (Tag::isa == Isa::neon) {
-    k.gemm = &gemm_by_dot<Block, &dot_q45_neon<Block, HighBit, Tag::dotprod>>;
+    using K = Q45Simd<Tag, HighBit>;
+    k.gemm = &K::template gemm<&gemm_by_dot<Block, &dot_q45_neon<Block, HighBit, Tag::dotprod>>>;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
   }
 #endif
 }

@@ -1,0 +1,147 @@
+// nibble: the vector vocabulary of the kernel bodies. A kernel body is written once, as a
+// template on an ISA tag (kernels/arch.hpp), over xsimd 8.1 `batch` types of the tag's arch for
+// everything xsimd expresses (loads, stores, integer and float arithmetic, FMA, bitwise ops,
+// shifts, conversions, reductions). The few operations xsimd 8.1 lacks (int8 dot products,
+// in-lane byte table lookups, fp16 loads, saturating narrowing, half-register loads) are the
+// named helpers of kernels/detail/intrin-x86.hpp and intrin-neon.hpp, one per operation, each
+// with one implementation per ISA; no kernel body calls an intrinsic.
+//
+// Vector widths: NEON 16 bytes, AVX2 / AVX-VNNI 32, AVX-512 64. Bodies that need a layout per
+// width derive it from Tag::bytes (for example the order in which activations are prepared to
+// match the weight bytes of one register).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/kernels/arch.hpp"
+#include "nibble/kernels/table.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(__x86_64__) || defined(__aarch64__)
+template <class Tag>
+using VF = xsimd::batch<float, typename Tag::xarch>;
+template <class Tag>
+using VI32 = xsimd::batch<std::int32_t, typename Tag::xarch>;
+template <class Tag>
+using VU32 = xsimd::batch<std::uint32_t, typename Tag::xarch>;
+template <class Tag>
+using VI16 = xsimd::batch<std::int16_t, typename Tag::xarch>;
+template <class Tag>
+using VU16 = xsimd::batch<std::uint16_t, typename Tag::xarch>;
+template <class Tag>
+using VI8 = xsimd::batch<std::int8_t, typename Tag::xarch>;
+template <class Tag>
+using VU8 = xsimd::batch<std::uint8_t, typename Tag::xarch>;
+template <class Tag>
+using VU64 = xsimd::batch<std::uint64_t, typename Tag::xarch>;
+
+/// Reinterprets the bits of a batch as another element type of the same arch.
+template <class To, class T, class A>
+inline xsimd::batch<To, A> as(const xsimd::batch<T, A>& v) {
+  return xsimd::bitwise_cast<xsimd::batch<To, A>>(v);
+}
+
+/// Unaligned load of a full register of T from a byte pointer.
+template <class T, class Tag>
+inline xsimd::batch<T, typename Tag::xarch> loadu(const void* p) {
+  return xsimd::batch<T, typename Tag::xarch>::load_unaligned(static_cast<const T*>(p));
+}
+
+/// The low and high nibbles of every byte (x & 15, x >> 4), as unsigned bytes.
+template <class Tag>
+inline void split_nibbles(const VU8<Tag>& v, VU8<Tag>& lo, VU8<Tag>& hi) {
+  const VU8<Tag> m(static_cast<std::uint8_t>(0x0F));
+  lo = v & m;
+  hi = as<std::uint8_t>(as<std::uint16_t>(v) >> 4) & m;
+}
+#endif
+
+/// Unaligned little-endian scalar loads from a byte pointer.
+inline std::uint16_t ld_u16(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline float ld_f32(const std::uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+/// binary16 -> binary32 (exact; the same values as nibble::fp16_to_fp32). A private copy: kernel
+/// code must not call inline functions with external linkage (see arch.hpp).
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1Fu;
+  const std::uint32_t m = h & 0x3FFu;
+  std::uint32_t bits;
+  if (e == 0x1F) {
+    bits = sign | 0x7F800000u | (m << 13);
+  } else if (e != 0) {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  } else if (m == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: normalise the mantissa (value m * 2^-24).
+    std::uint32_t mm = m;
+    std::uint32_t ee = 113;  // exponent of 2^-14 biased for fp32, decremented per shift
+    while ((mm & 0x400u) == 0) {
+      mm <<= 1;
+      --ee;
+    }
+    bits = sign | (ee << 23) | ((mm & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/// binary32 -> binary16, round to nearest even, subnormals kept, overflow to infinity (the
+/// same bits as nibble::fp32_to_fp16 for every input).
+inline std::uint16_t float_to_half(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);
+  if (ax >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);
+  if (ax < 0x38800000u) {
+    if (ax < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t shift = 126u - (ax >> 23);
+    const std::uint32_t mant = (ax & 0x7FFFFFu) | 0x800000u;
+    std::uint32_t q = mant >> shift;
+    const std::uint32_t rest = mant & ((1u << shift) - 1u);
+    const std::uint32_t half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (q & 1u))) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t h = (ax >> 13) - (112u << 10);
+  const std::uint32_t rest = ax & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+/// Horizontal sum of 8 lanes in ggml's hsum_float_8 order.
+inline float hsum8_ordered(const float a[8]) {
+  const float r0 = a[0] + a[4], r1 = a[1] + a[5], r2 = a[2] + a[6], r3 = a[3] + a[7];
+  return (r0 + r2) + (r1 + r3);
+}
+
+/// The entry of format `f` in `t`.
+inline FormatKernels& entry(KernelTable& t, Format f) {
+  return t.fmt[static_cast<int>(f)];
+}
+
+/// Prefetch hints (compiler builtins: they never fault, whatever the address).
+inline void prefetch_l1(const void* p) {
+  __builtin_prefetch(p, 0, 3);
+}
+inline void prefetch_l2(const void* p) {
+  __builtin_prefetch(p, 0, 2);
+}
+
+}  // namespace
+}  // namespace nibble::kernels
