@@ -21,6 +21,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/table.hpp"
 
 namespace nibble::kernels {
@@ -80,7 +81,11 @@ inline void q8_0_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, st
 /// hsum8_ordered), so every ISA returns the scalar table's bits; on AVX-512 the two blocks of a
 /// register are added to the same 8 lanes one after the other (a half swap in between).
 template <class Tag>
+struct Q8_0Rows;
+
+template <class Tag>
 struct Q8_0Simd {
+  static constexpr int kRowsMinN = 4;  ///< n from which the repacked engine (rows-inl.hpp) runs
   using D = S8Dot<Tag>;
   static constexpr int kW = Tag::bytes;
   static constexpr int kS = kW >= 32 ? kW / 32 : 1;  ///< blocks per register
@@ -186,6 +191,8 @@ struct Q8_0Simd {
     const auto* a = static_cast<const std::uint8_t*>(Av);
     const std::int64_t nb = cols / 32;
     if (n == 1) return gemv_groups<Q8_0Simd, kR1>(w, wrb, r0, r1, Y, a, arb, nb, cols);
+    if (n >= kRowsMinN)
+      return RowsGemm<Tag, Q8_0Rows<Tag>>::gemm(Wv, wrb, r0, r1, cols, Av, arb, n, Y, ldy);
     walk_tiles<kR, kC, kR1>(r0, r1, n, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
       const std::uint8_t* wr = w + static_cast<std::size_t>(r) * wrb;
       const std::uint8_t* ac = a + static_cast<std::size_t>(c) * arb;
@@ -208,6 +215,76 @@ struct Q8_0Simd {
         (xsimd::to_float(widen_i8_i32<Tag>(p + 2 + k)) * d).store_unaligned(dst + k);
       }
     }
+  }
+};
+/// The Q8_0 policy of the integer GEMM engine (rows-inl.hpp): an engine block is 64 values
+/// (two Q8_0 blocks) on AVX-512 and 32 elsewhere, each Q8_0 block a sub-block with its own
+/// weight and activation scales; signed weights through S8Dot (VNNI: w + 128, the activation
+/// extra e = -128 * sum(a) from the relayout's bias sums).
+template <class Tag>
+struct Q8_0Rows {
+  using S = Q8_0Simd<Tag>;
+  static constexpr int kValues = Tag::bytes == 64 ? 64 : 32, kSub = kValues / 32;
+  static constexpr bool kActScalePerSub = true;
+  template <class T>
+  static constexpr int kDepth = 1;
+  static std::int64_t blocks(std::int64_t cols) { return (cols / 32 + kSub - 1) / kSub; }
+
+  template <class T>
+  static void repack(const std::uint8_t* const* rows, std::int64_t eb, std::int64_t cols,
+                     VU8<T>* lv, VF<T>* fs, VF<T>* fm) {
+    constexpr int kL = T::bytes / 4;
+    const bool pair = eb * kSub + 1 < cols / 32;  // the second block exists (AVX-512)
+    alignas(64) std::uint32_t dh[kSub][kL];
+    for (int jb = 0; jb < kValues / (4 * kL); ++jb) {
+      VI32<T> r[kL];
+      for (int i = 0; i < kL; ++i) {
+        const std::uint8_t* p = rows[i] + static_cast<std::size_t>(eb) * kSub * kQ8_0Blk;
+        if constexpr (kSub == 2) {
+          r[i] = as<std::int32_t>(load_halves<T>(p + 2, pair ? p + kQ8_0Blk + 2 : p + 2));
+        } else {
+          r[i] = loadu<std::int32_t, T>(p + 2 + 4 * kL * jb);
+        }
+      }
+      transpose_i32<T>(r);
+      for (int k = 0; k < kL; ++k)
+        lv[kL * jb + k] = as<std::uint8_t>(S8Dot<T>::prep(as<std::int8_t>(r[k])));
+    }
+    for (int s = 0; s < kSub; ++s)
+      for (int i = 0; i < kL; ++i)
+        dh[s][i] = (s == 0 || pair)
+                       ? ld_u16(rows[i] + static_cast<std::size_t>(eb * kSub + s) * kQ8_0Blk)
+                       : 0;
+    for (int s = 0; s < kSub; ++s) {
+      fs[s] = h2f_lo16<T>(VU32<T>::load_aligned(dh[s]));
+      fm[s] = fs[s];
+    }
+  }
+
+  /// Activations: the relayout of Q8_0Simd (quants, bias sums, scales); blocks past the row are
+  /// zero (the last engine block of an odd block count).
+  static void act(const std::uint8_t* arow, std::int64_t cols, std::int64_t eb, std::int8_t* qs,
+                  float* da, float* e) {
+    const typename S::Act a = S::act(arow, cols);
+    for (int s = 0; s < kSub; ++s) {
+      const std::int64_t b = eb * kSub + s;
+      if (b < cols / 32) {
+        std::memcpy(qs + 32 * s, a.qs + 32 * b, 32);
+        da[s] = a.d[b];
+        int sum = 0;
+        for (int g = 0; g < 8; ++g) sum += a.bias[8 * b + g];
+        e[s] = static_cast<float>(sum);
+      } else {
+        std::memset(qs + 32 * s, 0, 32);
+        da[s] = 0.0f;
+        e[s] = 0.0f;
+      }
+    }
+  }
+
+  template <class T>
+  static VI32<T> dot(const VI32<T>& acc, const VU8<T>& lv, const VI8<T>& a) {
+    return S8Dot<T>::dot_prepped(acc, as<std::int8_t>(lv), a);
   }
 };
 #endif

@@ -103,6 +103,10 @@ inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag
 template <class Tag>
 struct S8Dot {
   static constexpr int kBias = 0;
+  static VI8<Tag> prep(const VI8<Tag>& w) { return w; }
+  static VI32<Tag> dot_prepped(const VI32<Tag>& acc, const VI8<Tag>& wp, const VI8<Tag>& a) {
+    return dot(acc, wp, a);
+  }
   static VI32<Tag> dot(const VI32<Tag>& acc, const VI8<Tag>& w, const VI8<Tag>& a) {
 #if defined(__ARM_FEATURE_DOTPROD)
     if constexpr (Tag::dotprod) return VI32<Tag>(vdotq_s32(acc, w, a));
@@ -257,6 +261,43 @@ inline void h2f_pair(const void* p, float* a, float* b) {
   const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u32(vdup_n_u32(w)));
   *a = vgetq_lane_f32(f, 0);
   *b = vgetq_lane_f32(f, 1);
+}
+
+template <class Tag>
+inline VU16<Tag> shr_halves(const VU16<Tag>& v, int a, int) {
+  return VU16<Tag>(vshlq_u16(v, vdupq_n_s16(static_cast<std::int16_t>(-a))));
+}
+
+template <class Tag>
+inline void transpose_i32(VI32<Tag>* r) {
+  const int32x4_t a = vtrn1q_s32(r[0], r[1]), b = vtrn2q_s32(r[0], r[1]);
+  const int32x4_t c = vtrn1q_s32(r[2], r[3]), d = vtrn2q_s32(r[2], r[3]);
+  r[0] = VI32<Tag>(
+      vreinterpretq_s32_s64(vtrn1q_s64(vreinterpretq_s64_s32(a), vreinterpretq_s64_s32(c))));
+  r[2] = VI32<Tag>(
+      vreinterpretq_s32_s64(vtrn2q_s64(vreinterpretq_s64_s32(a), vreinterpretq_s64_s32(c))));
+  r[1] = VI32<Tag>(
+      vreinterpretq_s32_s64(vtrn1q_s64(vreinterpretq_s64_s32(b), vreinterpretq_s64_s32(d))));
+  r[3] = VI32<Tag>(
+      vreinterpretq_s32_s64(vtrn2q_s64(vreinterpretq_s64_s32(b), vreinterpretq_s64_s32(d))));
+}
+
+template <class Tag>
+inline VI8<Tag> bcast4(const void* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return VI8<Tag>(vreinterpretq_s8_s32(vdupq_n_s32(v)));
+}
+
+template <class Tag>
+inline void store_halves(void* lo, void* hi, const VU8<Tag>& v) {
+  vst1_u8(static_cast<std::uint8_t*>(lo), vget_low_u8(v));
+  vst1_u8(static_cast<std::uint8_t*>(hi), vget_high_u8(v));
+}
+
+template <class Tag>
+inline VF<Tag> h2f_lo16(const VU32<Tag>& v) {
+  return VF<Tag>(vcvt_f32_f16(vreinterpret_f16_u16(vmovn_u32(v))));
 }
 
 }  // namespace

@@ -184,6 +184,15 @@ inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag
 template <class Tag>
 struct S8Dot {
   static constexpr int kBias = Tag::vnni ? 128 : 0;
+  /// The weights in the form dot_prepped wants (VNNI: w + 128 as unsigned bytes; else w).
+  static VI8<Tag> prep(const VI8<Tag>& w) {
+    if constexpr (Tag::vnni) return w ^ VI8<Tag>(static_cast<std::int8_t>(-128));
+    return w;
+  }
+  static VI32<Tag> dot_prepped(const VI32<Tag>& acc, const VI8<Tag>& wp, const VI8<Tag>& a) {
+    if constexpr (Tag::vnni) return dot_u8s8<Tag>(acc, as<std::uint8_t>(wp), a);
+    return dot(acc, wp, a);
+  }
   static VI32<Tag> dot(const VI32<Tag>& acc, const VI8<Tag>& w, const VI8<Tag>& a) {
     if constexpr (Tag::vnni) {
       return dot_u8s8<Tag>(acc, as<std::uint8_t>(w ^ VI8<Tag>(static_cast<std::int8_t>(-128))), a);
@@ -498,6 +507,107 @@ inline void h2f_pair(const void* p, float* a, float* b) {
   const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(w));
   *a = _mm_cvtss_f32(f);
   *b = _mm_cvtss_f32(_mm_movehdup_ps(f));
+}
+
+/// Logical right shift of 16-bit lanes: the lower half of the register by a, the upper half by b
+/// (AVX2 and NEON registers are used with a == b only).
+template <class Tag>
+inline VU16<Tag> shr_halves(const VU16<Tag>& v, int a, int b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    const __m512i n = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(a)),
+                                         _mm256_set1_epi16(static_cast<short>(b)), 1);
+    return VU16<Tag>(_mm512_srlv_epi16(v, n));
+#endif
+  } else {
+    (void)b;
+    return VU16<Tag>(_mm256_srli_epi16(v, a));
+  }
+}
+
+/// In-register transpose of Tag::bytes / 4 vectors of int32: afterwards r[k] lane i = the old
+/// r[i] lane k (8 x 8 on AVX2, 16 x 16 on AVX-512).
+template <class Tag>
+inline void transpose_i32(VI32<Tag>* r) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+      u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+      u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+      u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // u[4q + k]: 128-bit lane c holds rows 4q..4q+3, column 4c + k.
+    for (int q = 0; q < 4; q += 2)
+      for (int k = 0; k < 4; ++k) {
+        t[4 * q + k] = _mm512_shuffle_i32x4(u[4 * q + k], u[4 * q + 4 + k], 0x88);
+        t[4 * q + 4 + k] = _mm512_shuffle_i32x4(u[4 * q + k], u[4 * q + 4 + k], 0xDD);
+      }
+    for (int k = 0; k < 4; ++k) {
+      r[k] = VI32<Tag>(_mm512_shuffle_i32x4(t[k], t[8 + k], 0x88));
+      r[8 + k] = VI32<Tag>(_mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD));
+      r[4 + k] = VI32<Tag>(_mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88));
+      r[12 + k] = VI32<Tag>(_mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xDD));
+    }
+#endif
+  } else {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+      u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+      u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+      u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int k = 0; k < 4; ++k) {
+      r[k] = VI32<Tag>(_mm256_permute2x128_si256(u[k], u[4 + k], 0x20));
+      r[4 + k] = VI32<Tag>(_mm256_permute2x128_si256(u[k], u[4 + k], 0x31));
+    }
+  }
+}
+
+/// The 4 bytes at p repeated in every 32-bit lane.
+template <class Tag>
+inline VI8<Tag> bcast4(const void* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return as<std::int8_t>(VI32<Tag>(v));
+}
+
+/// Stores the lower half of v (Tag::bytes / 2 bytes) at lo and the upper half at hi.
+template <class Tag>
+inline void store_halves(void* lo, void* hi, const VU8<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    _mm256_storeu_si256(static_cast<__m256i*>(lo), _mm512_castsi512_si256(v));
+    _mm256_storeu_si256(static_cast<__m256i*>(hi), _mm512_extracti64x4_epi64(v, 1));
+#endif
+  } else {
+    _mm_storeu_si128(static_cast<__m128i*>(lo), _mm256_castsi256_si128(v));
+    _mm_storeu_si128(static_cast<__m128i*>(hi), _mm256_extracti128_si256(v, 1));
+  }
+}
+
+/// Floats from the binary16 values in the low 16 bits of each 32-bit lane (exact).
+template <class Tag>
+inline VF<Tag> h2f_lo16(const VU32<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VF<Tag>(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+#endif
+  } else {
+    const __m256i m = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    return VF<Tag>(_mm256_cvtph_ps(p));
+  }
 }
 
 }  // namespace

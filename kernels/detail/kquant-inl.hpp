@@ -1237,7 +1237,7 @@ void register_q45(FormatKernels& k) {
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (Tag::bytes == 32) {
     using K = Q45Simd<Tag, HighBit>;
-    k.gemm = &K::template gemm<&gemm_avx2_cols<Block, Q45Avx2<Block, HighBit>>>;
+    k.gemm = &K::template gemm<&RowsGemm<Tag, Q45Rows<HighBit>>::gemm>;
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
   }
@@ -1245,7 +1245,7 @@ void register_q45(FormatKernels& k) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
   if constexpr (Tag::bytes == 64) {
     using K = Q45Simd<Tag, HighBit>;
-    k.gemm = &K::template gemm<&gemm512<Q45Fmt512<HighBit, Tag::vnni>, Tag::vnni>>;
+    k.gemm = &K::template gemm<&RowsGemm<Tag, Q45Rows<HighBit>>::gemm>;
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
   }
@@ -1253,7 +1253,7 @@ void register_q45(FormatKernels& k) {
 #if defined(__aarch64__)
   if constexpr (Tag::isa == Isa::neon) {
     using K = Q45Simd<Tag, HighBit>;
-    k.gemm = &K::template gemm<&gemm_by_dot<Block, &dot_q45_neon<Block, HighBit, Tag::dotprod>>>;
+    k.gemm = &K::template gemm<&RowsGemm<Tag, Q45Rows<HighBit>>::gemm>;
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
   }

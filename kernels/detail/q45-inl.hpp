@@ -26,6 +26,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
 namespace nibble::kernels {
@@ -50,7 +51,8 @@ template <class Tag, bool HighBit>
 struct Q45Simd {
   using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int kW = Tag::bytes;
-  static constexpr int kNV = 128 / kW;  ///< qs registers per block
+  static constexpr int kNV = 128 / kW;       ///< qs registers per block
+  static constexpr int kGemvRows = kW / 16;  ///< rows per GEMV group (one header lane each)
 
   /// One activation block re-laid out for this width: a[2 * v * W ..] holds, for register v of
   /// the weights, the activations of its low nibbles (W bytes) then of its high nibbles; bsp
@@ -78,7 +80,7 @@ struct Q45Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
-    constexpr int kR = kW / 16;
+    constexpr int kR = kGemvRows;
     gemv_groups<Q45Simd, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                              static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
   }
@@ -103,6 +105,28 @@ struct Q45Simd {
           p[b].bsp[8 * l + s] =
               static_cast<std::int16_t>(in[b].bsums[2 * s] + in[b].bsums[2 * s + 1]);
       p[b].d = in[b].d;
+    }
+  }
+
+  /// The unsigned levels in register v of a block: lo from the low nibbles of qs bytes
+  /// [v * W, (v + 1) * W) (values of the even sub-blocks), hi from the high nibbles, each with its
+  /// fifth bit for Q5_K (bit 2g / 2g + 1 of qh[l] for group g, moved to bit 4 by one right shift:
+  /// of qh << 4 for groups 0 and 1, of qh for groups 2 and 3).
+  template <int v>
+  static void levels(const Block* x, VU8<Tag>& lo, VU8<Tag>& hi) {
+    const VU8<Tag> m4(static_cast<std::uint8_t>(0x0F));
+    const VU8<Tag> q = loadu<std::uint8_t, Tag>(x->qs + v * kW);
+    lo = q & m4;
+    hi = as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4;
+    if constexpr (HighBit) {
+      constexpr int kG0 = v * kW / 32, kG1 = (v * kW + kW - 1) / 32;  // groups of register v
+      VU8<Tag> qh = kW == 64 ? load_halves<Tag>(x->qh, x->qh)
+                             : loadu<std::uint8_t, Tag>(x->qh + (v * kW) % 32);
+      if constexpr (kG0 < 2) qh = as<std::uint8_t>(as<std::uint16_t>(qh) << 4);
+      const VU8<Tag> b4(static_cast<std::uint8_t>(0x10));
+      constexpr int s0 = 2 * (kG0 % 2), s1 = 2 * (kG1 % 2);
+      lo = lo | (as<std::uint8_t>(shr_halves<Tag>(as<std::uint16_t>(qh), s0, s1)) & b4);
+      hi = hi | (as<std::uint8_t>(shr_halves<Tag>(as<std::uint16_t>(qh), s0 + 1, s1 + 1)) & b4);
     }
   }
 
@@ -161,12 +185,11 @@ struct Q45Simd {
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    constexpr int kH = kW / 16;  // header lanes per register
-    static_assert(R <= kH, "one header lane per row");
+    constexpr int kH = kW / 16;            // header lanes per register
+    constexpr int kG = (R + kH - 1) / kH;  // header registers
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
     const Prep* p = reinterpret_cast<const Prep*>(A + prep_offset(cols));
-    const VU8<Tag> m4(static_cast<std::uint8_t>(0x0F));
     const VU8<Tag> hx = loadu<std::uint8_t, Tag>(pt.hdr_x), hy = loadu<std::uint8_t, Tag>(pt.hdr_y);
     const VU32<Tag> hs = loadu<std::uint32_t, Tag>(pt.shift);
     const VU32<Tag> ax = loadu<std::uint32_t, Tag>(pt.and_x),
@@ -174,75 +197,157 @@ struct Q45Simd {
     const VU8<Tag> pm = loadu<std::uint8_t, Tag>(pt.mins);
     VF<Tag> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
-    VF<Tag> accm(0.0f);
+    VF<Tag> accm[kG];
+    for (int g = 0; g < kG; ++g) accm[g] = VF<Tag>(0.0f);
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& pb = p[b];
-      const Block* x[kH];
-      for (int r = 0; r < kH; ++r) {
+      const Block* x[kG * kH];
+      for (int r = 0; r < kG * kH; ++r) {
         x[r] = reinterpret_cast<const Block*>(W + (r < R ? r : R - 1) * wrb) + b;
         if (r >= R) continue;
         const char* c = reinterpret_cast<const char*>(x[r]);
-        if (far) {
-          for (int o = 0; o < 192; o += 64) prefetch_l2(c + far + o);  // the block's 144/176 B
-        } else {
-          for (int o = 0; o < 192; o += 64) prefetch_l1(c + kPrefetch + o);
+        // The block's 144 / 176 bytes: a little ahead into L1, and in the next row group
+        // into L2 (measured best on this structure: both).
+        for (int o = 0; o < 192; o += 64) {
+          prefetch_l1(c + kPrefetch + o);
+          if (far) prefetch_l2(c + far + o);
         }
       }
-      // Scales and mins of the rows, one row per 16-byte lane.
-      const void* hp[kH];
-      for (int r = 0; r < kH; ++r) hp[r] = x[r];
-      const VU8<Tag> hdr = load_lanes<Tag>(hp);
-      const VU32<Tag> X = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hx));
-      const VU32<Tag> Yv = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hy));
-      const VU8<Tag> sm = as<std::uint8_t>(((X >> hs) & ax) | ((Yv >> 2) & ay));
-      float negdm[kH] = {};
+      // Scales and mins of the rows, one row per 16-byte lane of kG registers.
+      VU8<Tag> sm[kG];
       float dd[R];
-      for (int r = 0; r < R; ++r) {
-        float d, dmin;
-        h2f_pair<Tag>(x[r], &d, &dmin);
-        dd[r] = d * pb.d;
-        negdm[r] = -(dmin * pb.d);
+      for (int g = 0; g < kG; ++g) {
+        const void* hp[kH];
+        for (int l = 0; l < kH; ++l) hp[l] = x[g * kH + l];
+        const VU8<Tag> hdr = load_lanes<Tag>(hp);
+        const VU32<Tag> X = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hx));
+        const VU32<Tag> Yv = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hy));
+        sm[g] = as<std::uint8_t>(((X >> hs) & ax) | ((Yv >> 2) & ay));
+        float negdm[kH] = {};
+        for (int l = 0; l < kH && g * kH + l < R; ++l) {
+          float d, dmin;
+          h2f_pair<Tag>(x[g * kH + l], &d, &dmin);
+          dd[g * kH + l] = d * pb.d;
+          negdm[l] = -(dmin * pb.d);
+        }
+        const VI32<Tag> mi =
+            madd_i16<Tag>(as<std::int16_t>(lookup16<Tag>(as<std::int8_t>(sm[g]), pm)),
+                          loadu<std::int16_t, Tag>(pb.bsp));
+        accm[g] = fmadd<Tag>(xsimd::to_float(mi), spread_lanes<Tag>(negdm), accm[g]);
       }
-      const VI32<Tag> mi = madd_i16<Tag>(as<std::int16_t>(lookup16<Tag>(as<std::int8_t>(sm), pm)),
-                                         loadu<std::int16_t, Tag>(pb.bsp));
-      accm = fmadd<Tag>(xsimd::to_float(mi), spread_lanes<Tag>(negdm), accm);
       VI8<Tag> scb[R];
-      for (int r = 0; r < R; ++r) scb[r] = as<std::int8_t>(bcast_lane<Tag>(sm, r));
+      for (int r = 0; r < R; ++r) scb[r] = as<std::int8_t>(bcast_lane<Tag>(sm[r / kH], r % kH));
       VI32<Tag> isum[R];
       for (int r = 0; r < R; ++r) isum[r] = VI32<Tag>(0);
-      for (int v = 0; v < kNV; ++v) {
-        const VI8<Tag> alo = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW);
-        const VI8<Tag> ahi = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW + kW);
-        const VU8<Tag> plo = loadu<std::uint8_t, Tag>(pt.idx[v][0]);
-        const VU8<Tag> phi = loadu<std::uint8_t, Tag>(pt.idx[v][1]);
-        for (int r = 0; r < R; ++r) {
-          const VU8<Tag> q = loadu<std::uint8_t, Tag>(x[r]->qs + v * kW);
-          VU8<Tag> lo = q & m4;
-          VU8<Tag> hi = as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4;
-          if constexpr (HighBit) {
-            const VU8<Tag> one(static_cast<std::uint8_t>(1));
-            VU8<Tag> qh;
-            if constexpr (kW == 64) {
-              qh = load_halves<Tag>(x[r]->qh, x[r]->qh);
-            } else {
-              qh = loadu<std::uint8_t, Tag>(x[r]->qh + (v * kW) % 32);
-            }
-            const VU8<Tag> blo = xsimd::min(qh & loadu<std::uint8_t, Tag>(pt.hbmask[v][0]), one);
-            const VU8<Tag> bhi = xsimd::min(qh & loadu<std::uint8_t, Tag>(pt.hbmask[v][1]), one);
-            lo = lo | as<std::uint8_t>(as<std::uint16_t>(blo) << 4);
-            hi = hi | as<std::uint8_t>(as<std::uint16_t>(bhi) << 4);
-          }
-          isum[r] = ScaledDot<Tag>::acc(isum[r], lo, alo, lookup16<Tag>(scb[r], plo));
-          isum[r] = ScaledDot<Tag>::acc(isum[r], hi, ahi, lookup16<Tag>(scb[r], phi));
-        }
+      for (int r = 0; r < R; ++r) {
+        static_for<kNV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          const VI8<Tag> alo = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW);
+          const VI8<Tag> ahi = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW + kW);
+          VU8<Tag> lo, hi;
+          levels<v>(x[r], lo, hi);
+          isum[r] = ScaledDot<Tag>::acc(
+              isum[r], lo, alo, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][0])));
+          isum[r] = ScaledDot<Tag>::acc(
+              isum[r], hi, ahi, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][1])));
+        });
       }
       for (int r = 0; r < R; ++r)
         acc[r] = fmadd<Tag>(xsimd::to_float(isum[r]), VF<Tag>(dd[r]), acc[r]);
     }
-    alignas(64) float m[kW / 4];
-    accm.store_aligned(m);
-    for (int r = 0; r < R; ++r)
-      Y[r] = xsimd::hadd(acc[r]) + ((m[4 * r] + m[4 * r + 1]) + (m[4 * r + 2] + m[4 * r + 3]));
+    alignas(64) float m[kG][kW / 4];
+    for (int g = 0; g < kG; ++g) accm[g].store_aligned(m[g]);
+    for (int r = 0; r < R; ++r) {
+      const float* mr = m[r / kH] + 4 * (r % kH);
+      Y[r] = xsimd::hadd(acc[r]) + ((mr[0] + mr[1]) + (mr[2] + mr[3]));
+    }
+  }
+};
+
+/// The Q4_K / Q5_K policy of the integer GEMM engine (rows-inl.hpp): activations are the plain
+/// Q8_K blocks at the start of a relayout row.
+template <bool HighBit>
+struct Q45Rows {
+  using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kValues = 256, kSub = 8;
+  static constexpr bool kActScalePerSub = false;
+  /// int16 accumulation depth without VNNI/sdot: 2 * 15 * 127 * 8 and 2 * 31 * 127 * 4 < 2^15.
+  template <class Tag>
+  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : (HighBit ? 4 : 8);
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+
+  /// Block b of L = Tag::bytes / 4 rows: the packed quants are transposed (L dwords per row at a
+  /// time) so that lane i of a register holds 4 bytes of row i, then split into the low and high
+  /// nibble slots; the scales and mins are decoded for the L rows at once the same way.
+  template <class Tag>
+  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
+                     VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    const VU32<Tag> m4(0x0F0F0F0Fu), m1(0x01010101u);
+    [[maybe_unused]] VI32<Tag> qh[kL < 8 ? 8 : kL];  // Q5_K: dword l of qh of every row, l < 8
+    if constexpr (HighBit) {
+      for (int h = 0; h < 8; h += kL) {
+        VI32<Tag> r[kL];
+        for (int i = 0; i < kL; ++i)
+          r[i] =
+              loadu<std::int32_t, Tag>((reinterpret_cast<const Block*>(rows[i]) + b)->qh + 4 * h);
+        transpose_i32<Tag>(r);
+        for (int k = 0; k < kL && h + k < 8; ++k) qh[h + k] = r[k];
+      }
+    }
+    for (int jb = 0; jb < 128 / (4 * kL); ++jb) {
+      VI32<Tag> r[kL];
+      for (int i = 0; i < kL; ++i)
+        r[i] = loadu<std::int32_t, Tag>((reinterpret_cast<const Block*>(rows[i]) + b)->qs +
+                                        4 * kL * jb);
+      transpose_i32<Tag>(r);
+      for (int k = 0; k < kL; ++k) {
+        const int p = 4 * kL * jb + 4 * k, g = p / 32, l = p % 32;  // qs byte of lane 0
+        VU32<Tag> lo = as<std::uint32_t>(r[k]) & m4, hi = (as<std::uint32_t>(r[k]) >> 4) & m4;
+        if constexpr (HighBit) {
+          const VU32<Tag> h = as<std::uint32_t>(qh[l / 4]);
+          lo = lo | (((h >> (2 * g)) & m1) << 4);
+          hi = hi | (((h >> (2 * g + 1)) & m1) << 4);
+        }
+        lv[16 * g + l / 4] = as<std::uint8_t>(lo);
+        lv[16 * g + 8 + l / 4] = as<std::uint8_t>(hi);
+      }
+    }
+    scales<Tag>(rows, b, fs, fm);
+  }
+
+  /// Scales and mins of block b of L = Tag::bytes / 4 rows at once: the first L dwords of each
+  /// row's block (d | dmin, then the 12 scale bytes) transposed into lanes.
+  template <class Tag>
+  static void scales(const std::uint8_t* const* rows, std::int64_t b, VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    VI32<Tag> r[kL];
+    for (int i = 0; i < kL; ++i)
+      r[i] = loadu<std::int32_t, Tag>(reinterpret_cast<const Block*>(rows[i]) + b);
+    transpose_i32<Tag>(r);
+    const VU32<Tag> h = as<std::uint32_t>(r[0]), u0 = as<std::uint32_t>(r[1]);
+    const VU32<Tag> u1 = as<std::uint32_t>(r[2]), u2 = as<std::uint32_t>(r[3]);
+    const VU32<Tag> k3f(0x3F3F3F3Fu), k0f(0x0F0F0F0Fu), k30(0x30303030u), kff(0xFFu);
+    const VU32<Tag> sc[2] = {u0 & k3f, (u2 & k0f) | ((u0 >> 2) & k30)};
+    const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & k0f) | ((u1 >> 2) & k30)};
+    const VF<Tag> d = h2f_lo16<Tag>(h), ndmin = -h2f_lo16<Tag>(h >> 16);
+    for (int s = 0; s < 8; ++s) {
+      fs[s] = d * xsimd::to_float(as<std::int32_t>((sc[s / 4] >> (8 * (s % 4))) & kff));
+      fm[s] = ndmin * xsimd::to_float(as<std::int32_t>((mn[s / 4] >> (8 * (s % 4))) & kff));
+    }
+  }
+
+  static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
+                  float* da, float* e) {
+    const BlockQ8_K& a = reinterpret_cast<const BlockQ8_K*>(arow)[b];
+    std::memcpy(qs, a.qs, 256);
+    da[0] = a.d;
+    for (int s = 0; s < 8; ++s) e[s] = static_cast<float>(a.bsums[2 * s] + a.bsums[2 * s + 1]);
+  }
+
+  template <class Tag>
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
+    return dot_u8s8<Tag>(acc, lv, a);
   }
 };
 

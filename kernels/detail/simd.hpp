@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/table.hpp"
@@ -58,6 +60,17 @@ inline void split_nibbles(const VU8<Tag>& v, VU8<Tag>& lo, VU8<Tag>& hi) {
   hi = as<std::uint8_t>(as<std::uint16_t>(v) >> 4) & m;
 }
 #endif
+
+/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (a loop whose index is a constant
+/// expression in the body).
+template <int N, class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
 
 /// Unaligned little-endian scalar loads from a byte pointer.
 inline std::uint16_t ld_u16(const std::uint8_t* p) {
