@@ -5,6 +5,7 @@
 
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/detail/kquant-inl.hpp"
+#include "nibble/kernels/detail/q6-inl.hpp"
 #include "nibble/kernels/table.hpp"
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*().
@@ -311,21 +312,19 @@ inline float dot_q6_neon(const BlockQ6_K* x, const BlockQ8_K* y, std::int64_t nb
 
 }  // namespace kq
 
-/// Fills t.fmt[q6_K]: dequant (bit-identical on every ISA) and gemm.
+/// Fills t.fmt[q6_K]: dequant (bit-identical on every ISA), GEMV and the integer GEMM engine.
 template <class Tag>
 void register_q6_k(KernelTable& t) {
   FormatKernels& k = t.fmt[static_cast<int>(Format::q6_K)];
   k.dequant = &kq::dequant_q6_K;
   k.gemm = &kq::gemm_by_dot<BlockQ6_K, &kq::dot_q6_scalar>;
-#if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (Tag::bytes == 32) k.gemm = &kq::gemm_avx2_cols<BlockQ6_K, kq::Q6Avx2>;
-#endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-  if constexpr (Tag::isa == Isa::avx512) k.gemm = &kq::gemm512<kq::Q6Fmt512, Tag::vnni>;
-#endif
-#if defined(__aarch64__)
-  if constexpr (Tag::isa == Isa::neon) {
-    k.gemm = &kq::gemm_by_dot<BlockQ6_K, &kq::dot_q6_neon<Tag::dotprod>>;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (Tag::isa != Isa::scalar) {
+    using K = Q6Simd<Tag>;
+    k.dequant = &K::dequant;
+    k.gemm = &K::template gemm<&RowsGemm<Tag, Q6Rows>::gemm>;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
   }
 #endif
 }

@@ -237,6 +237,27 @@ struct ScaledDot {
                        const VI8<Tag>& pat) {
     return VI32<Tag>(vmlaq_s32(acc, dot_u8s8<Tag>(VI32<Tag>(0), u, s), vreinterpretq_s32_s8(pat)));
   }
+  static constexpr int kCode[4] = {0, 1, 1, 1};  // the scale sign-extended to int32
+  using Init = VI32<Tag>;
+  static VI32<Tag> acc_init(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                            const Init& init, const VI8<Tag>& pat) {
+    return VI32<Tag>(vmlaq_s32(acc, dot_u8s8<Tag>(init, u, s), vreinterpretq_s32_s8(pat)));
+  }
+};
+
+template <class Tag>
+struct Book16 {
+  uint8x16x4_t t;
+  explicit Book16(const float* p) {
+    for (int i = 0; i < 4; ++i) t.val[i] = vreinterpretq_u8_f32(vld1q_f32(p + 4 * i));
+  }
+  VF<Tag> lookup(const VI32<Tag>& idx) const {
+    // byte k of lane i = table byte 4 * (idx[i] & 15) + k
+    const uint32x4_t b =
+        vmlaq_n_u32(vdupq_n_u32(0x03020100u),
+                    vandq_u32(vreinterpretq_u32_s32(idx), vdupq_n_u32(15)), 0x04040404u);
+    return VF<Tag>(vreinterpretq_f32_u8(vqtbl4q_u8(t, vreinterpretq_u8_u32(b))));
+  }
 };
 
 template <class Tag>

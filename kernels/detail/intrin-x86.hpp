@@ -347,6 +347,25 @@ inline VI32<Tag> permute_i32(const VI32<Tag>& v, const VI32<Tag>& idx) {
   }
 }
 
+/// A 16-entry float table held in registers; lookup(idx) gives lane i = table[idx[i] & 15] (only
+/// the low 4 bits of each lane are used): one vpermps on AVX-512, two vpermps and a blend on AVX2.
+template <class Tag>
+struct Book16 {
+  VF<Tag> t[Tag::bytes == 64 ? 1 : 2];
+  explicit Book16(const float* p) {
+    for (int i = 0; i < (Tag::bytes == 64 ? 1 : 2); ++i) t[i] = VF<Tag>::load_unaligned(p + 8 * i);
+  }
+  VF<Tag> lookup(const VI32<Tag>& idx) const {
+    if constexpr (Tag::bytes == 64) {
+      return permute_f32<Tag>(t[0], idx);
+    } else {
+      const __m256 lo = _mm256_permutevar8x32_ps(t[0], idx);
+      const __m256 hi = _mm256_permutevar8x32_ps(t[1], idx);
+      return VF<Tag>(_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28))));
+    }
+  }
+};
+
 /// Zero-extends Tag::bytes / 4 bytes from p to int32 lanes.
 template <class Tag>
 inline VI32<Tag> widen_u8_i32(const void* p) {
@@ -441,6 +460,22 @@ struct ScaledDot {
                                  as<std::int16_t>(pat));
     } else {
       return acc + madd_i16<Tag>(madd_u8s8<Tag>(u, s), as<std::int16_t>(pat));
+    }
+  }
+  /// Signed scales: the pattern byte at position k of an int32 lane is the scale (code 0), its
+  /// sign byte 0x00 / 0xFF (code 1) or zero (code 2), kCode[k].
+  static constexpr int kCode[4] = {0, 1, kPairs ? 0 : 2, kPairs ? 1 : 2};
+  /// The type of a per-lane starting value: the int16 pair sums (kPairs) or the int32 lanes.
+  using Init = std::conditional_t<kPairs, VI16<Tag>, VI32<Tag>>;
+  /// acc + per int32 lane: scale * (init + sum of the 4 products u * s), signed scales (kCode
+  /// patterns). |init + products| must stay within int16 for every lane (kPairs: every pair).
+  static VI32<Tag> acc_init(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                            const Init& init, const VI8<Tag>& pat) {
+    if constexpr (Tag::vnni) {
+      return acc +
+             madd_i16<Tag>(as<std::int16_t>(dot_u8s8<Tag>(init, u, s)), as<std::int16_t>(pat));
+    } else {
+      return acc + madd_i16<Tag>(madd_u8s8<Tag>(u, s) + init, as<std::int16_t>(pat));
     }
   }
 };

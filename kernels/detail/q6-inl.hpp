@@ -1,0 +1,281 @@
+// nibble: the Q6_K dequantizer, GEMV body and GEMM policy, written once for every SIMD tag (AVX2,
+// AVX-VNNI, AVX-512, AVX-512 VNNI, NEON, NEON dotprod) over xsimd batches and the helpers of
+// intrin-*.hpp.
+//
+// Block layout (ggml): per half h of 128 values, ql byte p (0..63) holds value 128h + p in its
+// low nibble and value 128h + 64 + p in its high nibble; qh byte 32h + p % 32 holds their two
+// high bits at bit 2 * (p / 32) (low nibble's value) and 4 + 2 * (p / 32) (high nibble's). The
+// level is q (0..63), the weight d * scales[value / 16] * (q - 32).
+//
+// GEMV integer scheme: register v of half h holds ql bytes [64h + vW, 64h + vW + W) (W =
+// Tag::bytes); its low-nibble levels are the W consecutive values from 128h + vW, its high-nibble
+// levels the W values from 128h + 64 + vW, so the activations are read as stored (Q8_K). Every
+// 16-byte lane of a register belongs to one 16-value sub-block. The -32 offset enters as the
+// starting value of each lane's sum (-32 times the sum of its activations, prepared once per
+// call), the signed sub-block scale as a pmaddwd / int32 multiplier pattern (ScaledDot); integer
+// sums are exact, one float fma per block and row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+template <class Tag>
+struct Q6Simd {
+  static constexpr int kW = Tag::bytes;
+  static constexpr int kNV = 64 / kW;  ///< registers per half and nibble
+  static constexpr int kGemvRows = 2;
+  using SD = ScaledDot<Tag>;
+  using Init = typename SD::Init;
+
+  /// Per activation block: the starting lane values -32 * (sum of the lane's activations), at
+  /// the byte offset of the lane's first value (int16 pairs or int32 quads, see ScaledDot).
+  struct Prep {
+    std::int8_t init[256];
+  };
+
+  static std::size_t prep_offset(std::int64_t cols) {
+    return (static_cast<std::size_t>(cols / 256) * sizeof(BlockQ8_K) + 63) / 64 * 64;
+  }
+  static std::size_t act_bytes(std::int64_t cols) {
+    return prep_offset(cols) + static_cast<std::size_t>(cols / 256) * sizeof(Prep);
+  }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    auto* out = static_cast<std::uint8_t*>(dst);
+    const std::int64_t nb = cols / 256;
+    std::memcpy(out, in, static_cast<std::size_t>(nb) * sizeof(BlockQ8_K));
+    Prep* p = reinterpret_cast<Prep*>(out + prep_offset(cols));
+    constexpr int kG = SD::kPairs ? 2 : 4;  // values per starting value
+    for (std::int64_t b = 0; b < nb; ++b) {
+      for (int o = 0; o < 256; o += kG) {
+        int s = 0;
+        for (int e = 0; e < kG; ++e) s += in[b].qs[o + e];
+        if constexpr (kG == 2) {
+          const auto v = static_cast<std::int16_t>(-32 * s);
+          std::memcpy(p[b].init + o, &v, 2);
+        } else {
+          const std::int32_t v = -32 * s;
+          std::memcpy(p[b].init + o, &v, 4);
+        }
+      }
+    }
+  }
+
+  template <void (*Gemm)(const void*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
+                         const void*, std::size_t, std::int64_t, float*, std::int64_t)>
+  static void gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                   std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                   std::int64_t ldy) {
+    if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    gemv_groups<Q6Simd, kGemvRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                   static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
+  }
+
+  /// The levels (0..63) of register v of half h: lo of the low nibbles, hi of the high ones.
+  template <int h, int v>
+  static void levels(const BlockQ6_K* x, VU8<Tag>& lo, VU8<Tag>& hi) {
+    const VU8<Tag> m4(static_cast<std::uint8_t>(0x0F)), m30(static_cast<std::uint8_t>(0x30));
+    const VU8<Tag> q = loadu<std::uint8_t, Tag>(x->ql + 64 * h + v * kW);
+    const std::uint8_t* qp = x->qh + 32 * h + (v * kW) % 32;
+    const VU16<Tag> qh =
+        as<std::uint16_t>(kW == 64 ? load_halves<Tag>(qp, qp) : loadu<std::uint8_t, Tag>(qp));
+    // High bits at 2 * g (low nibbles) and 4 + 2 * g (high nibbles), g = byte position / 32:
+    // moved to bits 4-5 by (qh << 4) >> 2g and qh >> 2g (16-bit shifts: the bits that cross
+    // into the neighbouring byte are masked off).
+    constexpr int g0 = (v * kW) / 32, g1 = (v * kW + kW - 1) / 32;
+    lo = (q & m4) | (as<std::uint8_t>(shr_halves<Tag>(qh << 4, 2 * g0, 2 * g1)) & m30);
+    hi = (as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4) |
+         (as<std::uint8_t>(shr_halves<Tag>(qh, 2 * g0, 2 * g1)) & m30);
+  }
+
+  /// lookup16 index patterns (scale byte, sign byte) for register v of half h, nibble n.
+  struct Patterns {
+    alignas(64) std::uint8_t sc[2][kNV][2][kW], sg[2][kNV][2][kW];
+    Patterns() {
+      for (int h = 0; h < 2; ++h)
+        for (int v = 0; v < kNV; ++v)
+          for (int n = 0; n < 2; ++n)
+            for (int b = 0; b < kW; ++b) {
+              const int sub = 8 * h + 4 * n + (v * kW + b) / 16;
+              const int code = SD::kCode[b % 4];
+              sc[h][v][n][b] = code == 0 ? static_cast<std::uint8_t>(sub) : 0x80;
+              sg[h][v][n][b] = code == 1 ? static_cast<std::uint8_t>(sub) : 0x80;
+            }
+    }
+  };
+  static const Patterns& patterns() {
+    static const Patterns p;
+    return p;
+  }
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    constexpr int kPrefetch = 640;
+    const Patterns& pt = patterns();
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
+    const Prep* p = reinterpret_cast<const Prep*>(A + prep_offset(cols));
+    VF<Tag> acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const BlockQ6_K* x[R];
+      VI8<Tag> tsc[R], tsg[R];
+      for (int r = 0; r < R; ++r) {
+        x[r] = reinterpret_cast<const BlockQ6_K*>(W + r * wrb) + b;
+        const char* c = reinterpret_cast<const char*>(x[r]);
+        for (int o = 0; o < 256; o += 64) {
+          prefetch_l1(c + kPrefetch + o);
+          if (far) prefetch_l2(c + far + o);
+        }
+        tsc[r] = table16<Tag>(x[r]->scales);
+        tsg[r] = xsimd::select(tsc[r] < VI8<Tag>(0), VI8<Tag>(-1), VI8<Tag>(0));
+      }
+      VI32<Tag> isum[R];
+      for (int r = 0; r < R; ++r) isum[r] = VI32<Tag>(0);
+      static_for<2>([&](auto hc) {
+        constexpr int h = decltype(hc)::value;
+        static_for<kNV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          constexpr int o0 = 128 * h + v * kW, o1 = o0 + 64;
+          const VI8<Tag> a0 = loadu<std::int8_t, Tag>(a[b].qs + o0);
+          const VI8<Tag> a1 = loadu<std::int8_t, Tag>(a[b].qs + o1);
+          const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
+          const Init i1 = loadu<typename Init::value_type, Tag>(p[b].init + o1);
+          const VU8<Tag> sc0 = loadu<std::uint8_t, Tag>(pt.sc[h][v][0]);
+          const VU8<Tag> sg0 = loadu<std::uint8_t, Tag>(pt.sg[h][v][0]);
+          const VU8<Tag> sc1 = loadu<std::uint8_t, Tag>(pt.sc[h][v][1]);
+          const VU8<Tag> sg1 = loadu<std::uint8_t, Tag>(pt.sg[h][v][1]);
+          for (int r = 0; r < R; ++r) {
+            VU8<Tag> lo, hi;
+            levels<h, v>(x[r], lo, hi);
+            const VI8<Tag> p0 = lookup16<Tag>(tsc[r], sc0) | lookup16<Tag>(tsg[r], sg0);
+            const VI8<Tag> p1 = lookup16<Tag>(tsc[r], sc1) | lookup16<Tag>(tsg[r], sg1);
+            isum[r] = SD::acc_init(isum[r], lo, a0, i0, p0);
+            isum[r] = SD::acc_init(isum[r], hi, a1, i1, p1);
+          }
+        });
+      });
+      for (int r = 0; r < R; ++r)
+        acc[r] = fmadd<Tag>(xsimd::to_float(isum[r]), VF<Tag>(h2f<Tag>(x[r]->d) * a[b].d), acc[r]);
+    }
+    for (int r = 0; r < R; ++r) Y[r] = xsimd::hadd(acc[r]);
+  }
+
+  /// Dequantize n values (bit-identical to the reference: (d * scale) * (q - 32) in fp32).
+  static void dequant(const void* src, std::int64_t n, float* y) {
+    const auto* x = static_cast<const BlockQ6_K*>(src);
+    constexpr int kF = kW / 4;  // floats per register
+    for (std::int64_t b = 0; b < n / 256; ++b, y += 256) {
+      const float d = h2f<Tag>(x[b].d);
+      alignas(64) float fs[16];
+      for (int s = 0; s < 16; ++s) fs[s] = d * static_cast<float>(x[b].scales[s]);
+      static_for<2>([&](auto hc) {
+        constexpr int h = decltype(hc)::value;
+        static_for<kNV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          VU8<Tag> lv[2];
+          levels<h, v>(&x[b], lv[0], lv[1]);
+          for (int nn = 0; nn < 2; ++nn) {
+            alignas(64) std::int8_t q[kW];
+            (as<std::int8_t>(lv[nn]) - VI8<Tag>(32)).store_aligned(q);
+            const int o = 128 * h + 64 * nn + v * kW;
+            for (int f = 0; f < kW; f += kF) {
+              const VF<Tag> w = xsimd::to_float(widen_i8_i32<Tag>(q + f));
+              (VF<Tag>(fs[(o + f) / 16]) * w).store_unaligned(y + o + f);
+            }
+          }
+        });
+      });
+    }
+  }
+};
+
+/// The Q6_K policy of the integer GEMM engine (rows-inl.hpp): unsigned levels; the -32 offset
+/// is the per sub-block extra -32 * d * scale times the activation sub-block sum.
+struct Q6Rows {
+  static constexpr int kValues = 256, kSub = 16;
+  static constexpr bool kActScalePerSub = false;
+  /// int16 accumulation depth without VNNI/sdot: 2 slots of 2 * 2 * 63 * 127 < 2^15.
+  template <class Tag>
+  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 2;
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+
+  template <class Tag>
+  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
+                     VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    const VU32<Tag> m4(0x0F0F0F0Fu), m3(0x03030303u);
+    auto blk = [&](int i) { return reinterpret_cast<const BlockQ6_K*>(rows[i]) + b; };
+    VI32<Tag> qh[16];  // qh dword d of every row (lane i: row i)
+    for (int c = 0; c < 16; c += kL) {
+      VI32<Tag> r[kL];
+      for (int i = 0; i < kL; ++i) r[i] = loadu<std::int32_t, Tag>(blk(i)->qh + 4 * c);
+      transpose_i32<Tag>(r);
+      for (int k = 0; k < kL; ++k) qh[c + k] = r[k];
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int jb = 0; jb < 64 / (4 * kL); ++jb) {
+        VI32<Tag> r[kL];
+        for (int i = 0; i < kL; ++i)
+          r[i] = loadu<std::int32_t, Tag>(blk(i)->ql + 64 * h + 4 * kL * jb);
+        transpose_i32<Tag>(r);
+        for (int k = 0; k < kL; ++k) {
+          const int pp = 4 * kL * jb + 4 * k, g = pp / 32;  // ql byte of the half
+          const VU32<Tag> q = as<std::uint32_t>(r[k]);
+          const VU32<Tag> hb = as<std::uint32_t>(qh[8 * h + (pp % 32) / 4]);
+          lv[(128 * h + pp) / 4] = as<std::uint8_t>((q & m4) | (((hb >> (2 * g)) & m3) << 4));
+          lv[(128 * h + 64 + pp) / 4] =
+              as<std::uint8_t>(((q >> 4) & m4) | (((hb >> (4 + 2 * g)) & m3) << 4));
+        }
+      }
+    // The scales: the kL dwords ending at byte 208 of each block (scales in the last 4).
+    VI32<Tag> r[kL];
+    alignas(64) float d[kL];
+    for (int i = 0; i < kL; ++i) {
+      r[i] = loadu<std::int32_t, Tag>(reinterpret_cast<const std::uint8_t*>(blk(i)) + 208 - 4 * kL);
+      std::uint16_t hd;
+      std::memcpy(&hd, &blk(i)->d, 2);
+      d[i] = h2f<Tag>(hd);
+    }
+    transpose_i32<Tag>(r);
+    const VF<Tag> dv = VF<Tag>::load_aligned(d);
+    for (int s = 0; s < 16; ++s) {
+      const VI32<Tag> sc = (r[kL - 4 + s / 4] << (24 - 8 * (s % 4))) >> 24;
+      fs[s] = dv * xsimd::to_float(sc);
+      fm[s] = fs[s] * VF<Tag>(-32.0f);
+    }
+  }
+
+  static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
+                  float* da, float* e) {
+    const BlockQ8_K& a = reinterpret_cast<const BlockQ8_K*>(arow)[b];
+    std::memcpy(qs, a.qs, 256);
+    da[0] = a.d;
+    for (int s = 0; s < 16; ++s) e[s] = static_cast<float>(a.bsums[s]);
+  }
+
+  template <class Tag>
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
+    return dot_u8s8<Tag>(acc, lv, a);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels
