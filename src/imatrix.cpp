@@ -268,7 +268,9 @@ void write_imatrix_gguf(const std::string& path, const ImatrixStats& s) {
     const std::int64_t nval = static_cast<std::int64_t>(e.sums.size());
     gguf::TensorInfo t;
     t.name = kv.first + ".in_sum2";
-    t.shape = {nval / nmat, nmat};
+    // ggml writes ggml_n_dims dimensions: trailing ones dropped.
+    t.shape =
+        nmat > 1 ? std::vector<std::int64_t>{nval / nmat, nmat} : std::vector<std::int64_t>{nval};
     t.type = 0;
     t.nbytes = static_cast<std::uint64_t>(nval) * 4;
     t.data = reinterpret_cast<const std::uint8_t*>(e.sums.data());
@@ -276,7 +278,7 @@ void write_imatrix_gguf(const std::string& path, const ImatrixStats& s) {
     counts.emplace_back(e.counts.begin(), e.counts.end());
     gguf::TensorInfo c;
     c.name = kv.first + ".counts";
-    c.shape = {1, nmat};
+    c.shape = nmat > 1 ? std::vector<std::int64_t>{1, nmat} : std::vector<std::int64_t>{1};
     c.type = 0;
     c.nbytes = static_cast<std::uint64_t>(nmat) * 4;
     c.data = reinterpret_cast<const std::uint8_t*>(counts.back().data());

@@ -240,7 +240,8 @@ void write_base_header(std::FILE* f, const BaseLogitsHeader& h) {
   if (!ok) fail("kld: writing the base-logits header failed");
 }
 
-BaseLogitsHeader read_base_header(std::FILE* f, const std::string& path, std::uint64_t file_size) {
+BaseLogitsHeader read_base_header(std::FILE* f, const std::string& path, std::uint64_t file_size,
+                                  std::int32_t expected_vocab) {
   char magic[8];
   if (std::fread(magic, 1, 8, f) != 8 || std::memcmp(magic, "_logits_", 8) != 0) {
     fail("kld: \"", path, "\" is not a llama-perplexity base-logits file (no _logits_ magic)");
@@ -253,6 +254,10 @@ BaseLogitsHeader read_base_header(std::FILE* f, const std::string& path, std::ui
   if (h.n_ctx < 4 || h.n_ctx > (1u << 24) || h.n_vocab < 1 || h.n_chunk < 1) {
     fail("kld: \"", path, "\": invalid header (n_ctx ", h.n_ctx, ", n_vocab ", h.n_vocab,
          ", n_chunk ", h.n_chunk, ")");
+  }
+  if (expected_vocab > 0 && h.n_vocab != expected_vocab) {
+    fail("kld: \"", path, "\" was computed with a vocabulary of ", h.n_vocab,
+         " tokens, the model has ", expected_vocab);
   }
   const std::uint64_t ntok = static_cast<std::uint64_t>(h.n_ctx) * h.n_chunk;
   const std::uint64_t scored = h.n_ctx - 1 - h.n_ctx / 2;

@@ -436,6 +436,9 @@ TEST(LlmPerplexity, BaseFileRoundTrip) {
   f = std::fopen(path.c_str(), "rb");
   EXPECT_THROW(nibble::llm::read_base_header(f, path, bytes.size() - 2), nibble::Error);
   std::fclose(f);
+  f = std::fopen(path.c_str(), "rb");  // another vocabulary
+  EXPECT_THROW(nibble::llm::read_base_header(f, path, bytes.size(), 6), nibble::Error);
+  std::fclose(f);
   {
     std::FILE* g = std::fopen(path.c_str(), "wb");
     std::fwrite("_logitz_", 1, 8, g);
@@ -475,7 +478,7 @@ TEST(LlmImatrix, WritersReadBack) {
   EXPECT_EQ(f.find("imatrix.chunk_count")->value.as_int(), 3);
   const auto* sums = f.find_tensor("blk.0.attn_q.weight.in_sum2");
   ASSERT_NE(sums, nullptr);
-  EXPECT_EQ(sums->shape, (std::vector<std::int64_t>{3, 1}));
+  EXPECT_EQ(sums->shape, (std::vector<std::int64_t>{3}));  // as ggml: trailing 1 dropped
   float v[3];
   std::memcpy(v, sums->data, 12);
   EXPECT_EQ(v[0], 4.0f);

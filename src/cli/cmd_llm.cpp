@@ -323,7 +323,8 @@ int cmd_perplexity(int argc, char** argv) {
     const long fsize = std::ftell(base_in.get());
     std::fseek(base_in.get(), 0, SEEK_SET);
     nibble::llm::BaseLogitsHeader h = nibble::llm::read_base_header(
-        base_in.get(), base_file, static_cast<std::uint64_t>(std::max(0L, fsize)));
+        base_in.get(), base_file, static_cast<std::uint64_t>(std::max(0L, fsize)),
+        static_cast<std::int32_t>(n_vocab));
     if (h.n_vocab != n_vocab) {
       fail("perplexity: \"", base_file, "\" was computed with a vocabulary of ", h.n_vocab,
            " tokens, the model has ", n_vocab);
@@ -523,7 +524,7 @@ int cmd_imatrix(int argc, char** argv) {
 
   nibble::ImatrixStats stats;
   stats.chunk_size = static_cast<int>(n_ctx);
-  stats.datasets.push_back(tokens_path.empty() ? text_path : tokens_path);
+  stats.datasets.push_back(text_path.empty() ? tokens_path : text_path);
   const nibble::llm::MatmulObserver obs = [&](const std::string& name, const float* x,
                                               std::int64_t n, std::int64_t cols) {
     if (n < 16) return;

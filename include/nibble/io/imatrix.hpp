@@ -58,7 +58,8 @@ struct ImatrixStats {
 
 /// Writes `s` as a GGUF imatrix like llama-imatrix (--output-format gguf): general.type
 /// "imatrix", imatrix.datasets, imatrix.chunk_count, imatrix.chunk_size, and per weight NAME
-/// (in name order) f32 tensors NAME.in_sum2 [n_per_row, n_mat] and NAME.counts [1, n_mat].
+/// (in name order) f32 tensors NAME.in_sum2 [n_per_row, n_mat] and NAME.counts [1, n_mat]
+/// (written with trailing dimensions of 1 dropped, as ggml does).
 /// Written to PATH.tmp and renamed. Throws on empty statistics or I/O errors.
 void write_imatrix_gguf(const std::string& path, const ImatrixStats& s);
 

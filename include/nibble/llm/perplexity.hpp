@@ -94,9 +94,10 @@ struct BaseLogitsHeader {
 void write_base_header(std::FILE* f, const BaseLogitsHeader& h);
 
 /// Reads and checks the header of the base-logits file `f` (named `path` in messages):
-/// magic, n_ctx >= 4, n_vocab >= 1, n_chunk >= 1, the tokens, and (when `file_size` is given,
-/// > 0) that the file holds all the records. Throws nibble::Error otherwise.
+/// magic, n_ctx >= 4, n_vocab >= 1 (and == expected_vocab when that is > 0), n_chunk >= 1, the
+/// tokens, and (when `file_size` is > 0) that the file holds all the records. Throws
+/// nibble::Error otherwise.
 BaseLogitsHeader read_base_header(std::FILE* f, const std::string& path,
-                                  std::uint64_t file_size = 0);
+                                  std::uint64_t file_size = 0, std::int32_t expected_vocab = 0);
 
 }  // namespace nibble::llm
