@@ -41,10 +41,16 @@ struct Builder {
   std::mt19937 rng;
   explicit Builder(std::uint32_t seed) : rng(seed) {}
 
+  // Normal values by Box-Muller on mt19937 words (std::normal_distribution is not the same on
+  // every standard library, and the committed llama.cpp reference data depend on these weights).
   std::vector<float> randn(std::int64_t n, float std, float mean = 0.0f) {
-    std::normal_distribution<float> d(mean, std);
     std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = d(rng);
+    for (auto& x : v) {
+      const double u1 = (static_cast<double>(rng()) + 1.0) / 4294967297.0;
+      const double u2 = static_cast<double>(rng()) / 4294967296.0;
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+      x = mean + std * static_cast<float>(z);
+    }
     return v;
   }
   void add(const std::string& name, const std::vector<float>& v, std::int64_t rows,
@@ -125,7 +131,8 @@ inline void write_tiny_llama(const std::string& path, const TinyLlama& p) {
   const std::int64_t d = p.n_embd, dkv = p.n_head_kv * hd;
   const float sd = 1.0f / std::sqrt(static_cast<float>(d));
   const Format w = p.weights;
-  b.add("token_embd.weight", b.randn(p.n_vocab * d, 1.0f), p.n_vocab, d, w);
+  // Tied models use the embedding as output matrix too: keep its logits in a sane range.
+  b.add("token_embd.weight", b.randn(p.n_vocab * d, p.tied ? 2.0f * sd : 1.0f), p.n_vocab, d, w);
   for (std::int64_t l = 0; l < p.n_layer; ++l) {
     const std::string s = "blk." + std::to_string(l) + ".";
     b.add(s + "attn_norm.weight", b.randn(d, 0.1f, 1.0f), 1, d, Format::f32);
