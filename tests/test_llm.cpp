@@ -19,6 +19,7 @@
 
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
+#include "nibble/llm/imatrix.hpp"
 #include "nibble/llm/model.hpp"
 #include "nibble/llm/perplexity.hpp"
 #include "nibble/nibble.hpp"
@@ -583,6 +584,97 @@ TEST(LlmGolden, Q4_KMatchesLlamaPerplexity) {
   p.weights = nibble::Format::q4_K;
   p.seed = 103;
   check_golden({"golden-q4_k.kld", p, 1244.5784, 1e-3, 1e-4});
+}
+
+TEST(LlmGolden, ImatrixMatchesLlamaImatrix) {
+  TinyLlama p;
+  p.seed = 101;
+  const std::string path = tmp_path("golden-imatrix.gguf");
+  nibble::test::write_tiny_llama(path, p);
+  const nibble::llm::Model m = nibble::llm::Model::load(path);
+  std::remove(path.c_str());
+  const std::string dir = std::string(NIBBLE_TEST_DATA_DIR) + "/llm/";
+  std::FILE* f = std::fopen((dir + "golden-f32.kld").c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  const nibble::llm::BaseLogitsHeader h = nibble::llm::read_base_header(f, "golden-f32.kld");
+  std::fclose(f);
+  nibble::llm::ImatrixOptions o;
+  o.n_ctx = 64;
+  o.bos = 1;
+  nibble::llm::PplAccumulator ppl;
+  o.ppl = &ppl;
+  std::int64_t calls = 0;
+  o.progress = [&](std::int64_t done, std::int64_t total) {
+    ++calls;
+    EXPECT_EQ(done, calls);
+    EXPECT_EQ(total, 3);
+  };
+  nibble::ImatrixStats st = nibble::llm::collect_imatrix({}, m, h.tokens, o);
+  EXPECT_EQ(calls, 3);
+  EXPECT_NEAR(ppl.ppl(), 1571.3751, 1e-6 * 1571.3751);  // llama-imatrix's estimate
+  EXPECT_EQ(st.chunks, 3);
+  EXPECT_EQ(st.chunk_size, 64);
+  ASSERT_EQ(st.entries.size(), 14u);
+
+  // Raw sums and counts against llama-imatrix's GGUF.
+  const nibble::gguf::File ref = nibble::gguf::File::open(dir + "golden-f32.imatrix.gguf");
+  ASSERT_EQ(ref.tensors.size(), 28u);
+  for (const auto& kv : st.entries) {
+    const auto* s2 = ref.find_tensor(kv.first + ".in_sum2");
+    const auto* cn = ref.find_tensor(kv.first + ".counts");
+    ASSERT_TRUE(s2 && cn) << kv.first;
+    ASSERT_EQ(s2->elements(), static_cast<std::int64_t>(kv.second.sums.size())) << kv.first;
+    float c;
+    std::memcpy(&c, cn->data, 4);
+    EXPECT_EQ(c, static_cast<float>(kv.second.counts[0])) << kv.first;
+    EXPECT_EQ(kv.second.counts[0], 3 * 64);
+    for (std::size_t j = 0; j < kv.second.sums.size(); ++j) {
+      float r;
+      std::memcpy(&r, s2->data + 4 * j, 4);
+      EXPECT_NEAR(kv.second.sums[j], r, 1e-5 * r) << kv.first << "[" << j << "]";
+    }
+  }
+  // Our GGUF writer gives llama-imatrix's header byte for byte (only float rounding in the data
+  // may differ), and both formats read back to the same means as llama-imatrix's files.
+  st.datasets = {"text.txt"};
+  const std::string g = tmp_path("golden.imatrix.gguf"), d = tmp_path("golden.imatrix.dat");
+  nibble::write_imatrix_gguf(g, st);
+  nibble::write_imatrix_dat(d, st);
+  const nibble::gguf::File ours = nibble::gguf::File::open(g);
+  ASSERT_EQ(ours.file_size, ref.file_size);
+  ASSERT_EQ(ours.data_offset, ref.data_offset);
+  {
+    std::vector<char> a(ours.data_offset), b(ref.data_offset);
+    std::FILE* fa = std::fopen(g.c_str(), "rb");
+    std::FILE* fb = std::fopen((dir + "golden-f32.imatrix.gguf").c_str(), "rb");
+    ASSERT_EQ(std::fread(a.data(), 1, a.size(), fa), a.size());
+    ASSERT_EQ(std::fread(b.data(), 1, b.size(), fb), b.size());
+    std::fclose(fa);
+    std::fclose(fb);
+    EXPECT_TRUE(a == b);
+  }
+  for (const auto& pair : {std::make_pair(g, dir + "golden-f32.imatrix.gguf"),
+                           std::make_pair(d, dir + "golden-f32.imatrix.dat")}) {
+    const nibble::Imatrix a = nibble::read_imatrix(pair.first);
+    const nibble::Imatrix b = nibble::read_imatrix(pair.second);
+    EXPECT_EQ(a.chunks, b.chunks);
+    EXPECT_EQ(a.datasets, b.datasets);
+    ASSERT_EQ(a.entries.size(), b.entries.size());
+    for (const auto& kv : b.entries) {
+      const auto* v = a.find(kv.first);
+      ASSERT_NE(v, nullptr) << kv.first;
+      ASSERT_EQ(v->size(), kv.second.size());
+      for (std::size_t j = 0; j < v->size(); ++j) {
+        EXPECT_NEAR((*v)[j], kv.second[j], 1e-5 * kv.second[j]) << kv.first << "[" << j << "]";
+      }
+    }
+  }
+  std::remove(g.c_str());
+  std::remove(d.c_str());
+  std::vector<std::int32_t> few(h.tokens.begin(), h.tokens.begin() + 100);
+  EXPECT_THROW(nibble::llm::collect_imatrix({}, m, few, o), nibble::Error);  // < 2 * n_ctx
+  o.n_ctx = 8;
+  EXPECT_THROW(nibble::llm::collect_imatrix({}, m, h.tokens, o), nibble::Error);
 }
 
 }  // namespace

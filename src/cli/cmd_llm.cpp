@@ -17,6 +17,7 @@
 #include "nibble/core/error.hpp"
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
+#include "nibble/llm/imatrix.hpp"
 #include "nibble/llm/model.hpp"
 #include "nibble/llm/perplexity.hpp"
 
@@ -508,50 +509,28 @@ int cmd_imatrix(int argc, char** argv) {
     fail("imatrix: --output-format must be gguf or dat, not \"", format, "\"");
   }
   if (ctx.threads < 0) fail("imatrix: --threads must be >= 0");
-  if (n_ctx < 16) fail("imatrix: -c ", n_ctx, " is too small (llama-imatrix ignores < 16 tokens)");
 
   const nibble::llm::Model model = nibble::llm::Model::load(pos[0]);
   const VocabInfo voc = vocab_info(model.file());
-  std::vector<std::int32_t> tokens = input_tokens(model.file(), text_path, tokens_path);
-  if (static_cast<long>(tokens.size()) < 2 * n_ctx) {
-    fail("imatrix: you need at least ", 2 * n_ctx, " tokens for a context of ", n_ctx,
-         "; the input has only ", tokens.size());
-  }
+  const std::vector<std::int32_t> tokens = input_tokens(model.file(), text_path, tokens_path);
   check_vocab(model, tokens);
-  int n_chunk = static_cast<int>(static_cast<long>(tokens.size()) / n_ctx);
-  if (max_chunks >= 0) n_chunk = static_cast<int>(std::min<long>(n_chunk, max_chunks));
-  if (n_chunk < 1) fail("imatrix: no chunk to evaluate");
-
-  nibble::ImatrixStats stats;
-  stats.chunk_size = static_cast<int>(n_ctx);
-  stats.datasets.push_back(text_path.empty() ? tokens_path : text_path);
-  const nibble::llm::MatmulObserver obs = [&](const std::string& name, const float* x,
-                                              std::int64_t n, std::int64_t cols) {
-    if (n < 16) return;
-    if (name.compare(0, 4, "blk.") == 0 || (process_output && name == "output.weight")) {
-      stats.add(name, x, n, cols);
-    }
-  };
-  const std::int64_t n_vocab = model.hparams().n_vocab;
-  const int first = static_cast<int>(n_ctx / 2);
   nibble::llm::PplAccumulator acc;
+  nibble::llm::ImatrixOptions opt;
+  opt.n_ctx = n_ctx;
+  opt.max_chunks = max_chunks;
+  opt.bos = voc.add_bos ? voc.bos : -1;
+  opt.process_output = process_output;
+  opt.ppl = compute_ppl ? &acc : nullptr;
   Progress prog;
-  std::fprintf(stderr, "imatrix: %d chunks, n_ctx=%ld\n", n_chunk, n_ctx);
-  for (int c = 0; c < n_chunk; ++c) {
-    const std::vector<std::int32_t> t = chunk_tokens(tokens, c, static_cast<int>(n_ctx), voc);
-    const std::vector<float> logits = model.forward(ctx, t.data(), n_ctx, 0, obs);
-    stats.chunks = c + 1;
+  opt.progress = [&](std::int64_t done, std::int64_t total) {
     if (compute_ppl) {
-      const std::int32_t* tk = tokens.data() + static_cast<std::ptrdiff_t>(c) * n_ctx;
-      for (long i = first; i < n_ctx - 1; ++i) {
-        acc.add(nibble::llm::token_nll(logits.data() + static_cast<std::size_t>(i) * n_vocab,
-                                       n_vocab, tk[i + 1]));
-      }
-      std::printf("[%d]%.4lf,", c + 1, acc.ppl());
+      std::printf("[%lld]%.4lf,", static_cast<long long>(done), acc.ppl());
       std::fflush(stdout);
     }
-    prog.report(c + 1, n_chunk);
-  }
+    prog.report(static_cast<int>(done), static_cast<int>(total));
+  };
+  nibble::ImatrixStats stats = nibble::llm::collect_imatrix(ctx, model, tokens, opt);
+  stats.datasets.push_back(text_path.empty() ? tokens_path : text_path);
   if (compute_ppl) {
     std::printf("\n");
     const double unc = acc.ppl_uncertainty();
