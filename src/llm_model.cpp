@@ -309,7 +309,8 @@ Model Model::from_gguf(gguf::File file) {
   impl->embd = te->data;
   impl->embd_row_bytes = row_bytes(impl->embd_format, hp.n_embd);
 
-  const bool bias = hp.arch == "qwen2";
+  // Biases: qwen2 has q/k/v biases; llama.cpp also accepts optional ones on llama.
+  const bool bias = true;
   const std::int64_t dq = hp.n_head * hp.head_dim, dkv = hp.n_head_kv * hp.head_dim;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -319,10 +320,10 @@ Model Model::from_gguf(gguf::File file) {
     L.wq = linear(f, p + "attn_q.weight", dq, hp.n_embd, bias);
     L.wk = linear(f, p + "attn_k.weight", dkv, hp.n_embd, bias);
     L.wv = linear(f, p + "attn_v.weight", dkv, hp.n_embd, bias);
-    L.wo = linear(f, p + "attn_output.weight", hp.n_embd, dq, false);
-    L.gate = linear(f, p + "ffn_gate.weight", hp.n_ff, hp.n_embd, false);
-    L.up = linear(f, p + "ffn_up.weight", hp.n_ff, hp.n_embd, false);
-    L.down = linear(f, p + "ffn_down.weight", hp.n_embd, hp.n_ff, false);
+    L.wo = linear(f, p + "attn_output.weight", hp.n_embd, dq, bias);
+    L.gate = linear(f, p + "ffn_gate.weight", hp.n_ff, hp.n_embd, bias);
+    L.up = linear(f, p + "ffn_up.weight", hp.n_ff, hp.n_embd, bias);
+    L.down = linear(f, p + "ffn_down.weight", hp.n_embd, hp.n_ff, bias);
     impl->layers.push_back(std::move(L));
   }
   impl->output_norm = small_tensor(f, "output_norm.weight", hp.n_embd);

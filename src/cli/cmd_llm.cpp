@@ -156,7 +156,9 @@ void ppl_usage(std::FILE* f) {
       "  --kl-divergence           KL divergence against --kl-divergence-base FILE (the\n"
       "                            tokens come from the file)\n"
       "  --kl-divergence-model BASE.gguf\n"
-      "                            KL divergence against BASE run side by side (no file)\n"
+      "                            KL divergence against BASE run side by side (no file;\n"
+      "                            with --kl-divergence-base FILE, BASE's log-probs are\n"
+      "                            written there too)\n"
       "  -t, --threads N           threads (default: all)\n");
 }
 
@@ -401,6 +403,9 @@ int cmd_perplexity(int argc, char** argv) {
           nibble::llm::encode_log_probs(bl.data() + static_cast<std::size_t>(i) * n_vocab, n_vocab,
                                         next_tok[i + 1], records.data() + i * nv);
         }
+      }
+      if (out && std::fwrite(records.data(), 2, records.size(), out->f) != records.size()) {
+        fail("perplexity: writing \"", base_file, "\" failed");
       }
       for (int i = 0; i < n_scored; ++i) {
         kacc.add(logits.data() + static_cast<std::size_t>(i) * n_vocab, n_vocab,

@@ -10,7 +10,8 @@
 // "normal" mode pairing dimensions 2i and 2i+1, as llama.cpp's converter permutes Q/K; qwen2:
 // the NEOX mode pairing i and i + n_rot/2), rope frequency base and linear rope scaling from the
 // metadata, optional rope_freqs.weight frequency factors, SwiGLU feed-forward network, and the
-// token embedding reused as output matrix when output.weight is absent.
+// token embedding reused as output matrix when output.weight is absent. A block matrix's bias
+// (NAME.bias, f32; qwen2's q/k/v biases) is added when the file has one.
 #pragma once
 
 #include <cstdint>
