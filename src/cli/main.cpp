@@ -48,6 +48,10 @@ void usage(std::FILE* out) {
                "  quantize   IN.gguf OUT.gguf TYPE [options]: quantize a GGUF model like\n"
                "             llama-quantize; see `nibble quantize --help`\n"
                "  info       FILE.gguf: metadata and tensor table\n"
+               "  perplexity MODEL.gguf TEXT [options]: perplexity / KL divergence like\n"
+               "             llama-perplexity (llama, qwen2); see `nibble perplexity --help`\n"
+               "  imatrix    MODEL.gguf TEXT -o OUT [options]: importance matrix like\n"
+               "             llama-imatrix; see `nibble imatrix --help`\n"
                "  bench      [nibble-bench options]: run the kernel comparison on this machine\n"
                "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
                "             and print the ratio table; runs `nibble-bench --summary`, which\n"
@@ -75,6 +79,8 @@ int main(int argc, char** argv) {
 #if defined(NIBBLE_CLI_HAVE_GGUF)
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
     if (cmd == "info") return cmd_info(argc - 2, argv + 2);
+    if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);
+    if (cmd == "imatrix") return cmd_imatrix(argc - 2, argv + 2);
 #endif
     std::fprintf(stderr, "nibble: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
