@@ -9,7 +9,8 @@
 // membw rows): weight bytes / step time / bandwidth = the fraction of the roofline reached.
 //
 // Two sources of a stack:
-//   - a GGUF file: every 2-D tensor in file order whose type nibble can multiply (f32, f16, q8_0,
+//   - a GGUF file: every 2-D tensor in file order (3-D+ tensors, e.g. stacked MoE experts, are
+//     listed as skipped) whose type nibble can multiply (f32, f16, q8_0,
 //     q4_K, q5_K, q6_K), except token_embd.weight (an embedding lookup reads one row per token)
 //     unless the file has no output.weight (tied embeddings: then it is the output projection);
 //     the weights are used in place (zero-copy views into the mapped file);
@@ -100,8 +101,9 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// 2 MiB-aligned, huge pages requested, zero-filled (first touch) buffer.
-inline std::shared_ptr<void> alloc_weights(std::size_t bytes) {
+// 2 MiB-aligned buffer with huge pages requested; zero-filled (first touch) when `zero`, else
+// left for the caller to write.
+inline std::shared_ptr<void> alloc_weights(std::size_t bytes, bool zero = true) {
   const std::size_t align = std::size_t{2} << 20;
   const std::size_t padded = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
   void* p = std::aligned_alloc(align, padded);
@@ -109,7 +111,7 @@ inline std::shared_ptr<void> alloc_weights(std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   madvise(p, padded, MADV_HUGEPAGE);
 #endif
-  std::memset(p, 0, padded);
+  if (zero) std::memset(p, 0, padded);
   return std::shared_ptr<void>(p, FreeDeleter{});
 }
 
@@ -188,7 +190,8 @@ inline Stack make_llama7b_q4km_stack(int layers, int quant_threads = 0,
     offset[i] = total;
     total += (s.linears[i].bytes + 4095) / 4096 * 4096;
   }
-  s.storage = detail::alloc_weights(static_cast<std::size_t>(total));
+  // Not zeroed: every tensor is written below (the 4 KiB padding between them is never read).
+  s.storage = detail::alloc_weights(static_cast<std::size_t>(total), false);
   char* base = static_cast<char*>(s.storage.get());
 
   // One quantized slab per (format, rows, cols), tiled over each tensor.
@@ -235,6 +238,11 @@ inline Stack load_gguf_stack(const std::string& path) {
     // 2-D weights (trailing dimensions of 1 allowed).
     std::size_t dims = t.shape.size();
     while (dims > 1 && t.shape[dims - 1] == 1) --dims;
+    if (dims > 2) {
+      s.skipped.push_back(t.name + " (" + std::to_string(dims) +
+                          "-D: stacked experts are not one GEMV per token)");
+      continue;
+    }
     if (dims != 2) continue;
     if (t.name == "token_embd.weight" && has_output) {
       s.skipped.push_back(t.name + " (embedding lookup, not a GEMV)");

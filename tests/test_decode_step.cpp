@@ -124,13 +124,14 @@ struct TinyModel {
 
 std::string write_tiny(const std::string& path) {
   TinyModel m;
-  m.blobs.reserve(8);
+  m.blobs.reserve(16);
   m.add("token_embd.weight", Format::f32, 8, 256, 1);
   m.add_raw("blk.0.attn_norm.weight", 0, {256}, std::vector<std::uint8_t>(256 * 4, 0));
   m.add("blk.0.attn_q.weight", Format::q4_K, 16, 256, 2);
   m.add("blk.0.ffn_down.weight", Format::q6_K, 16, 512, 3);
   m.add_raw("blk.0.ffn_up.weight", 2 /* q4_0 */, {256, 4}, std::vector<std::uint8_t>(4 * 8 * 18));
   m.add("output.weight", Format::q8_0, 32, 256, 4);
+  m.add_raw("blk.0.ffn_up_exps.weight", 0, {256, 2, 2}, std::vector<std::uint8_t>(256 * 4 * 4));
   std::vector<g::KeyValue> meta = {{"general.architecture", g::Value::string("llama")}};
   g::write_file(path, meta, m.tensors);
   return path;
@@ -154,9 +155,10 @@ TEST(DecodeStep, GgufStackFromFile) {
   EXPECT_EQ(s.linears[2].format, Format::q8_0);
   // q4_K 16 x 144 + q6_K 16 x 2 x 210 + q8_0 32 x 8 x 34
   EXPECT_EQ(s.bytes(), 16u * 144u + 16u * 420u + 32u * 272u);
-  ASSERT_EQ(s.skipped.size(), 2u);
+  ASSERT_EQ(s.skipped.size(), 3u);
   EXPECT_NE(s.skipped[0].find("token_embd.weight"), std::string::npos);
   EXPECT_NE(s.skipped[1].find("q4_0"), std::string::npos);
+  EXPECT_NE(s.skipped[2].find("ffn_up_exps.weight (3-D"), std::string::npos);
 
   nibble::Context ctx;
   ctx.threads = 1;
