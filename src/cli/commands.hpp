@@ -16,3 +16,8 @@ int cmd_perplexity(int argc, char** argv);
 /// `nibble imatrix MODEL.gguf [TEXT] -o OUT [-c N] [--chunks N] [--output-format gguf|dat]
 /// [--tokens FILE]`: llama-imatrix.
 int cmd_imatrix(int argc, char** argv);
+
+/// `nibble bench MODEL.gguf [-t N] [--min-time S] [--membw-bytes N]`: the model decode step
+/// (one GEMV through every linear weight of the file, weights in DRAM) in tokens/s and as a
+/// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N).
+int cmd_bench_model(int argc, char** argv);

@@ -56,6 +56,8 @@ void usage(std::FILE* out) {
                "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
                "             and print the ratio table; runs `nibble-bench --summary`, which\n"
                "             must sit next to this program (build with NIBBLE_BUILD_BENCH=ON)\n"
+               "  bench      MODEL.gguf [-t N]: one decode step (a GEMV through every linear\n"
+               "             weight) of this model: tokens/s and %% of the memory bandwidth\n"
                "  isa        print the ISAs this binary can run here and the one it picks\n"
                "  -h, --help this text\n");
 }
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "report") return nibble::cli::cmd_report(argc > 1 ? argc - 2 : 0, argv + 2);
+#if defined(NIBBLE_CLI_HAVE_GGUF)
+    // `nibble bench MODEL.gguf ...`: the model decode step in this process.
+    if (cmd == "bench" && argc > 2 && argv[2][0] != '-') return cmd_bench_model(argc - 2, argv + 2);
+#endif
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "isa") {
       for (nibble::Isa i : nibble::available_isas()) std::printf("%s ", nibble::isa_name(i));
