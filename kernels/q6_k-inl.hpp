@@ -225,16 +225,20 @@ void register_q6_k(KernelTable& t) {
   if constexpr (Tag::isa != Isa::scalar) {
     using K = Q6Simd<Tag>;
     k.dequant = &K::dequant;
-    k.gemm = &K::template gemm<&RowsGemm<Tag, Q6Rows>::gemm>;
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
-  }
-#endif
 #if defined(NIBBLE_K_AVX512)
-  // AVX-512 prefill stays on the 16-row VNNI engine of this file and the unpacked-tile engine of
-  // kquant-inl.hpp: side by side with the rows engine, measured 1.0-1.3x faster at n = 8..64.
-  if constexpr (Tag::bytes == 64)
-    k.gemm = &Q6Simd<Tag>::template gemm<&kq::gemm512<kq::Q6Fmt512, Tag::vnni>>;
+    // AVX-512 prefill stays on the 16-row VNNI engine of this file and the unpacked-tile engine
+    // of kquant-inl.hpp: side by side with the rows engine, measured 1.0-1.3x faster at n = 8..64.
+    if constexpr (Tag::bytes == 64) {
+      k.gemm = &K::template gemm<&kq::gemm512<kq::Q6Fmt512, Tag::vnni>>;
+    } else {
+      k.gemm = &K::template gemm<&RowsGemm<Tag, Q6Rows>::gemm>;
+    }
+#else
+    k.gemm = &K::template gemm<&RowsGemm<Tag, Q6Rows>::gemm>;
+#endif
+  }
 #endif
 }
 
