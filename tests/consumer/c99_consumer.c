@@ -1,5 +1,5 @@
 /* A C99 consumer of an installed nibble through pkg-config (tests/consumer/run.cmake builds it
- * with cc -std=c99 -Wall -Werror -pedantic $(pkg-config --cflags --libs nibble)): quantize,
+ * with cc -std=c99 -Wall -Werror -pedantic $(pkg-config --cflags --libs nibble) -lm): quantize,
  * dequantize, gemv against a plain dot product, and a bad call that must fail with a message and
  * write nothing. */
 #include <math.h>

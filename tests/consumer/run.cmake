@@ -44,7 +44,7 @@ if(cc AND pkg_config)
   message(STATUS "pkg-config --cflags --libs nibble: ${flags}")
   separate_arguments(flags UNIX_COMMAND "${flags}")
   execute_process(COMMAND "${cc}" -std=c99 -Wall -Werror -pedantic "${SRC_DIR}/c99_consumer.c"
-                          ${flags} -o "${WORK_DIR}/c99_consumer" RESULT_VARIABLE rc)
+                          ${flags} -lm -o "${WORK_DIR}/c99_consumer" RESULT_VARIABLE rc)
   if(rc)
     message(FATAL_ERROR "compiling the C99 consumer with pkg-config flags failed: ${rc}")
   endif()
