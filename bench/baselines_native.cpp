@@ -84,6 +84,7 @@ std::uint64_t parallel_sum(const std::uint64_t* p, std::size_t n, int threads) {
 
 void run_membw(benchmark::State& st, int threads) {
   release_weights();
+  release_decode();
   Buffer& buf = membw_slot();
   if (!buf.data()) buf = make_buffer(config().membw_bytes);
   const std::size_t words = buf.bytes / sizeof(std::uint64_t) / 16 * 16;

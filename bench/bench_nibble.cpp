@@ -13,13 +13,20 @@ namespace {
 using nibble::Format;
 using nibble::Isa;
 
+// Where the weights of a product benchmark come from.
+enum class Residency {
+  model,    // weight_set(): rotated copies for n = 1 (cold, DRAM), copy 0 for n > 1
+  warm_l2,  // warm_weight_set() sized for L2 (n = 1): the compute ceiling of the GEMV
+  warm_l3,  // warm_weight_set() sized for the LLC (n = 1)
+};
+
 // Runs one product benchmark. Weights are rotated over WeightSet::copies for n = 1 (cold) and
-// copy 0 is reused for n > 1 (warm: prefill is compute-bound).
+// copy 0 is reused for n > 1 (warm: prefill is compute-bound) and for the warm GEMV rows.
 void run_product(benchmark::State& st, const std::string& name, Format f, Isa isa, Shape s, int n,
-                 int threads) {
-  const bool cold = n == 1;
+                 int threads, Residency where = Residency::model) {
+  const bool cold = n == 1 && where == Residency::model;
   try {
-    const WeightSet& w = weight_set(f, s);
+    const WeightSet& w = where == Residency::model ? weight_set(f, s) : warm_weight_set(f, s);
     nibble::Context ctx;
     ctx.isa = isa;
     ctx.threads = threads;
@@ -49,7 +56,12 @@ void run_product(benchmark::State& st, const std::string& name, Format f, Isa is
       benchmark::ClobberMemory();
     }
     set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
-    st.SetLabel(cache_label(w, cold));
+    if (where == Residency::model) {
+      st.SetLabel(cache_label(w, cold));
+    } else {
+      st.SetLabel(std::string(where == Residency::warm_l2 ? "warm L2: " : "warm L3: ") +
+                  std::to_string(w.bytes >> 10) + " KiB of weights, one copy reused");
+    }
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());
   }
@@ -72,6 +84,24 @@ void register_nibble_products(Shape s, Format f, const std::vector<Isa>& isas) {
                                             s, n, t, n == 1 ? "cold" : "warm");
         benchmark::RegisterBenchmark(
             name.c_str(), [=](benchmark::State& st) { run_product(st, name, f, isa, s, n, t); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  // Warm GEMV rows (cache-resident weights: the compute ceiling) next to the cold rows of the
+  // first model shape, for the same ISAs and thread counts. Registered after the gemm rows so
+  // that the cached cold weight set is not rebuilt.
+  if (s.rows != model_shapes().front().rows || s.cols != model_shapes().front().cols) return;
+  for (Residency where : {Residency::warm_l2, Residency::warm_l3}) {
+    const Shape ws = warm_shape(f, where == Residency::warm_l3);
+    const char* tag = where == Residency::warm_l2 ? "warm_l2" : "warm_l3";
+    for (Isa isa : isas) {
+      for (int t : thread_counts()) {
+        const std::string name = bench_name("gemv", fname, nibble::isa_name(isa), ws, 1, t, tag);
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& st) { run_product(st, name, f, isa, ws, 1, t, where); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

@@ -76,6 +76,35 @@ std::size_t detect_llc_bytes() {
   return best ? best : (std::size_t{32} << 20);
 }
 
+std::size_t detect_l2_bytes() {
+  std::size_t l2 = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (v > 0) l2 = static_cast<std::size_t>(v);
+#endif
+  for (int i = 0; l2 == 0 && i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    std::string s;
+    if ((level >> lv) && lv == 2 && (size >> s)) l2 = parse_size(s);
+  }
+  return l2 ? l2 : (std::size_t{1} << 20);
+}
+
+std::size_t warm_target_bytes(bool l3) {
+  if (!l3) return std::max<std::size_t>(config().l2_bytes / 2, 64 << 10);
+  return std::min<std::size_t>(std::max<std::size_t>(config().llc_bytes / 2, 1 << 20),
+                               std::size_t{16} << 20);
+}
+
+Shape warm_shape(nibble::Format f, bool l3) {
+  const std::int64_t cols = 4096;
+  const std::size_t rb = nibble::row_bytes(f, cols);
+  const std::int64_t rows = static_cast<std::int64_t>(warm_target_bytes(l3) / rb) / 16 * 16;
+  return Shape{std::max<std::int64_t>(rows, 16), cols};
+}
+
 void Buffer::Free::operator()(void* p) const {
   std::free(p);
 }
@@ -161,6 +190,7 @@ const WeightSet& weight_set(nibble::Format f, Shape s) {
   }
   slot.reset();
   membw_slot() = Buffer{};
+  release_decode();
   const float* src = source_weights(s);
   auto w = std::make_unique<WeightSet>();
   w->format = f;
@@ -174,6 +204,27 @@ const WeightSet& weight_set(nibble::Format f, Shape s) {
   for (int i = 1; i < w->copies; ++i) {
     std::memcpy(base + static_cast<std::size_t>(i) * w->stride, base, w->bytes);
   }
+  slot = std::move(w);
+  return *slot;
+}
+
+const WeightSet& warm_weight_set(nibble::Format f, Shape s) {
+  static std::unique_ptr<WeightSet> slot;
+  if (slot && slot->format == f && slot->shape.rows == s.rows && slot->shape.cols == s.cols) {
+    return *slot;
+  }
+  slot.reset();
+  const std::size_t n = static_cast<std::size_t>(s.rows * s.cols);
+  std::vector<float> src(n);
+  fill_gaussian(src.data(), n, static_cast<std::uint64_t>(s.rows * 131 + s.cols), 0.02f);
+  auto w = std::make_unique<WeightSet>();
+  w->format = f;
+  w->shape = s;
+  w->bytes = static_cast<std::size_t>(s.rows) * nibble::row_bytes(f, s.cols);
+  w->stride = (w->bytes + 4095) / 4096 * 4096;
+  w->copies = 1;
+  w->buffer = make_buffer(w->stride);
+  nibble::quantize(f, src.data(), s.rows, s.cols, w->buffer.data());
   slot = std::move(w);
   return *slot;
 }

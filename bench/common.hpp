@@ -34,12 +34,26 @@ struct Config {
   std::size_t llc_bytes = 0;    ///< last-level cache size used for the cold rotation
   double cold_factor = 2.0;     ///< rotated copies span at least cold_factor * llc_bytes
   std::size_t membw_bytes = 0;  ///< array size of the memory-bandwidth kernel
+  std::size_t l2_bytes = 0;     ///< per-core L2 size (warm_l2 rows: weights of l2_bytes / 2)
+  int decode_layers = 4;        ///< layers of the built-in decode stack (--layers)
+  std::string decode_model;     ///< GGUF file for the decode rows instead (--model)
 };
 Config& config();
 
 /// Last-level cache size in bytes: sysconf(_SC_LEVEL3_CACHE_SIZE), else the largest
 /// /sys/devices/system/cpu/cpu0/cache/index*/size, else 32 MiB.
 std::size_t detect_llc_bytes();
+
+/// Per-core L2 cache size in bytes: sysconf(_SC_LEVEL2_CACHE_SIZE), else the level-2 entry of
+/// /sys/devices/system/cpu/cpu0/cache/index*/, else 1 MiB.
+std::size_t detect_l2_bytes();
+
+/// Weight bytes of the warm GEMV rows: warm_l2 = l2_bytes / 2 (fits one core's L2 with room for
+/// activations), warm_l3 = min(llc_bytes / 2, 16 MiB) (fits the last-level cache, not L2).
+std::size_t warm_target_bytes(bool l3);
+/// Shape of a warm GEMV row for format `f`: 4096 columns, rows (a multiple of 16, at least 16)
+/// so that rows * row_bytes(f, 4096) is at most warm_target_bytes(l3).
+Shape warm_shape(nibble::Format f, bool l3);
 
 /// Owning 64-byte (2 MiB when large, with transparent huge pages requested) aligned buffer.
 struct Buffer {
@@ -85,6 +99,9 @@ struct WeightSet {
 /// 0.02). Cached: the harness keeps one weight set alive at a time (benchmarks are registered
 /// grouped by format and shape), so memory stays at about cold_factor * LLC.
 const WeightSet& weight_set(nibble::Format f, Shape s);
+/// A single-copy weight set for the warm (cache-resident) GEMV rows, cached separately from
+/// weight_set() so that the two do not evict each other.
+const WeightSet& warm_weight_set(nibble::Format f, Shape s);
 /// Frees the cached weight set and fp32 source (before the bandwidth kernel allocates its array).
 void release_weights();
 /// The memory-bandwidth kernel's array (allocated on first use of the membw benchmarks,
@@ -122,6 +139,11 @@ double product_tolerance(nibble::Format f);
 /// Registration entry points (called from main). Products are registered grouped by shape and
 /// format so that consecutive benchmarks share the cached weight set.
 void register_membw(const std::vector<int>& threads);
+/// Model decode step rows (bench_decode.cpp): every linear of the built-in llama-2-7B-shaped
+/// Q4_K_M stack (config().decode_layers) or of config().decode_model, one token, per thread count.
+void register_decode(const std::vector<int>& threads);
+/// Frees the decode stack (weight_set() calls it so the two never coexist).
+void release_decode();
 void register_nibble_products(Shape s, nibble::Format f, const std::vector<nibble::Isa>& isas);
 void register_blas_products(Shape s);
 void register_eigen_products(Shape s);

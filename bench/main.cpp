@@ -10,6 +10,10 @@
 //   --llc_bytes=N        last-level cache size for the cold rotation (default: detected)
 //   --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)
 //   --membw_bytes=N      array size of the memory-bandwidth kernel (default max(4 * LLC, 1 GiB))
+//   --l2_bytes=N         per-core L2 size for the warm_l2 GEMV rows (default: detected)
+//   --layers=N           layers of the built-in decode stack (llama-2-7B shapes, Q4_K_M mix;
+//                        default 4, 1..32; `--layers N` also accepted)
+//   --model=FILE.gguf    decode rows over this GGUF file's linear weights instead
 //   --calib              also register the slow calibration benchmarks (AWQ, GPTQ 11008x4096)
 //   --keep_openblas_env  do not re-execute (keep OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS)
 // Defaults added unless given: --benchmark_min_time=0.2.
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
 
   using nibble_bench::config;
   config().llc_bytes = nibble_bench::detect_llc_bytes();
+  config().l2_bytes = nibble_bench::detect_l2_bytes();
   bool summary = false, calib = false, list_only = false, has_min_time = false, has_filter = false,
        json_display = false;
   std::size_t membw_bytes = 0;
@@ -84,6 +89,14 @@ int main(int argc, char** argv) {
       config().cold_factor = std::strtod(a + 14, nullptr);
     } else if (starts_with(a, "--membw_bytes=")) {
       membw_bytes = std::strtoull(a + 14, nullptr, 10);
+    } else if (starts_with(a, "--l2_bytes=")) {
+      config().l2_bytes = std::strtoull(a + 11, nullptr, 10);
+    } else if (starts_with(a, "--layers=")) {
+      config().decode_layers = std::atoi(a + 9);
+    } else if (std::strcmp(a, "--layers") == 0 && i + 1 < argc) {
+      config().decode_layers = std::atoi(argv[++i]);
+    } else if (starts_with(a, "--model=")) {
+      config().decode_model = a + 8;
     } else if (std::strcmp(a, "--keep_openblas_env") == 0) {
     } else {
       if (starts_with(a, "--benchmark_min_time")) has_min_time = true;
@@ -95,13 +108,19 @@ int main(int argc, char** argv) {
   }
   if (config().llc_bytes == 0) config().llc_bytes = std::size_t{32} << 20;
   if (!(config().cold_factor > 0)) config().cold_factor = 2.0;
+  if (config().l2_bytes == 0) config().l2_bytes = std::size_t{1} << 20;
+  if (config().decode_layers < 1 || config().decode_layers > 32) {
+    std::fprintf(stderr, "nibble-bench: --layers must be in 1..32\n");
+    return 2;
+  }
   config().membw_bytes = membw_bytes
                              ? membw_bytes
                              : std::max<std::size_t>(4 * config().llc_bytes, std::size_t{1} << 30);
 
   static char min_time[] = "--benchmark_min_time=0.2";
   static char summary_filter[] =
-      "--benchmark_filter=^(membw/|(gemv|gemm)/[^/]+/[^/]+/4096x4096/n:(1|64)/)";
+      "--benchmark_filter=^(membw/|decode/|(gemv|gemm)/[^/]+/[^/]+/4096x4096/n:(1|64)/|"
+      "gemv/[^/]+/[^/]+/[0-9x]+/n:1/threads:[0-9]+/warm_l[23])";
   if (!has_min_time) args.push_back(min_time);
   if (summary && !has_filter) args.push_back(summary_filter);
   int bargc = static_cast<int>(args.size());
@@ -119,6 +138,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("cold_factor", os.str());
   }
   benchmark::AddCustomContext("membw_bytes", std::to_string(config().membw_bytes));
+  benchmark::AddCustomContext("l2_bytes", std::to_string(config().l2_bytes));
   if (const char* c = std::getenv("NIBBLE_BENCH_UNSET_OPENBLAS_CORETYPE")) {
     benchmark::AddCustomContext("openblas_coretype_unset", c);
   }
@@ -130,8 +150,10 @@ int main(int argc, char** argv) {
   }
 
   // Registration order = run order: the roofline first (its array is freed before any weights
-  // are allocated), then per shape and format all products sharing one cached weight set.
+  // are allocated), the model decode step (its stack is freed by the first weight set), then per
+  // shape and format all products sharing one cached weight set.
   nibble_bench::register_membw(nibble_bench::thread_counts());
+  nibble_bench::register_decode(nibble_bench::thread_counts());
   for (const nibble_bench::Shape& s : nibble_bench::model_shapes()) {
     for (nibble::Format f : nibble_bench::weight_formats()) {
       nibble_bench::register_nibble_products(s, f, isas);

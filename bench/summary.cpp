@@ -118,7 +118,8 @@ void SummaryReporter::print_table(std::FILE* out) const {
   std::vector<std::pair<Key, Measured>> rows;
   for (const auto& [name, m] : best) {
     Key k = parse(name);
-    if (k.kernel == "gemv" || k.kernel == "gemm") rows.emplace_back(k, m);
+    const bool warm_gemv = k.cache == "warm_l2" || k.cache == "warm_l3";
+    if ((k.kernel == "gemv" || k.kernel == "gemm") && !warm_gemv) rows.emplace_back(k, m);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     return std::tie(a.first.shape, a.first.n, a.first.threads) <
@@ -147,6 +148,91 @@ void SummaryReporter::print_table(std::FILE* out) const {
                  k.kernel.c_str(), k.shape.c_str(), k.n, k.threads, k.format.c_str(),
                  k.impl.c_str(), m.seconds * 1e6, m.bytes_per_second / 1e9, m.flops / 1e9, xb, xe,
                  xr, xs);
+  }
+  print_ceiling(out, best, roof);
+  print_decode(out, best, roof);
+}
+
+void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, Measured>& best,
+                                    const std::map<int, double>& roof) const {
+  // (format, impl, threads) -> cold 4096x4096 / warm L2 / warm L3 weight bytes per second
+  struct Row {
+    double cold = 0, l2 = 0, l3 = 0;
+    std::string l2_shape, l3_shape;
+  };
+  std::map<std::tuple<std::string, std::string, int>, Row> rows;
+  for (const auto& [name, m] : best) {
+    const Key k = parse(name);
+    if (k.kernel != "gemv" || k.n != 1) continue;
+    Row& r = rows[{k.format, k.impl, k.threads}];
+    if (k.cache == "cold" && k.shape == "4096x4096") r.cold = m.bytes_per_second;
+    if (k.cache == "warm_l2") {
+      r.l2 = m.bytes_per_second;
+      r.l2_shape = k.shape;
+    }
+    if (k.cache == "warm_l3") {
+      r.l3 = m.bytes_per_second;
+      r.l3_shape = k.shape;
+    }
+  }
+  bool any = false;
+  for (const auto& kv : rows) any = any || kv.second.l2 > 0 || kv.second.l3 > 0;
+  if (!any) return;
+  std::fprintf(out,
+               "\nGEMV compute ceiling (weight GB/s; cold = 4096x4096 streamed from DRAM, "
+               "cold/membw = cold / memory read GB/s\nat the same thread count; warm L2 / L3 = "
+               "one cache-resident copy: what the kernel does when memory is not the limit)\n");
+  std::fprintf(out, "%-7s %-9s %3s %9s %10s %9s %-10s %9s %-10s\n", "format", "impl", "thr", "cold",
+               "cold/membw", "warm L2", "(shape)", "warm L3", "(shape)");
+  auto gbs = [](double v, char* buf, std::size_t len) {
+    if (v > 0) {
+      std::snprintf(buf, len, "%.2f", v / 1e9);
+    } else {
+      std::snprintf(buf, len, "-");
+    }
+  };
+  for (const auto& [key, r] : rows) {
+    char c[32], cr[32], l2[32], l3[32];
+    gbs(r.cold, c, sizeof c);
+    gbs(r.l2, l2, sizeof l2);
+    gbs(r.l3, l3, sizeof l3);
+    const double bw = roof.count(std::get<2>(key)) ? roof.at(std::get<2>(key)) : 0.0;
+    if (r.cold > 0 && bw > 0) {
+      std::snprintf(cr, sizeof cr, "%.2f", r.cold / bw);
+    } else {
+      std::snprintf(cr, sizeof cr, "-");
+    }
+    std::fprintf(out, "%-7s %-9s %3d %9s %10s %9s %-10s %9s %-10s\n", std::get<0>(key).c_str(),
+                 std::get<1>(key).c_str(), std::get<2>(key), c, cr, l2,
+                 r.l2_shape.empty() ? "" : r.l2_shape.c_str(), l3,
+                 r.l3_shape.empty() ? "" : r.l3_shape.c_str());
+  }
+}
+
+void SummaryReporter::print_decode(std::FILE* out, const std::map<std::string, Measured>& best,
+                                   const std::map<int, double>& roof) const {
+  bool header = false;
+  for (const auto& [name, m] : best) {
+    const Key k = parse(name);
+    if (k.kernel != "decode") continue;
+    if (!header) {
+      std::fprintf(out,
+                   "\nmodel decode step (one token: a GEMV through every linear layer, weights in "
+                   "DRAM; %%membw = weight bytes/s\n/ memory read bytes/s at the same thread "
+                   "count)\n%-16s %-12s %-8s %3s %10s %9s %8s %7s\n",
+                   "model", "stack", "isa", "thr", "ms/token", "tokens/s", "wGB/s", "%membw");
+      header = true;
+    }
+    const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
+    char pr[32];
+    if (bw > 0) {
+      std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
+    } else {
+      std::snprintf(pr, sizeof pr, "-");
+    }
+    std::fprintf(out, "%-16s %-12s %-8s %3d %10.3f %9.2f %8.2f %7s\n", k.format.c_str(),
+                 k.shape.c_str(), k.impl.c_str(), k.threads, m.seconds * 1e3,
+                 m.seconds > 0 ? 1.0 / m.seconds : 0.0, m.bytes_per_second / 1e9, pr);
   }
 }
 

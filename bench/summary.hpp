@@ -33,6 +33,12 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
   void print_table(std::FILE* out) const;
 
  private:
+  // GEMV cold vs warm L2/L3 (the compute ceiling) per format, ISA and thread count.
+  void print_ceiling(std::FILE* out, const std::map<std::string, Measured>& best,
+                     const std::map<int, double>& roof) const;
+  // Model decode step rows: ms/token, tokens/s, weight GB/s and % of the membw row.
+  void print_decode(std::FILE* out, const std::map<std::string, Measured>& best,
+                    const std::map<int, double>& roof) const;
   std::unique_ptr<benchmark::BenchmarkReporter> display_;
   std::map<std::string, std::vector<Measured>> runs_;  // per base name: iteration runs
   std::map<std::string, Measured> medians_;            // per base name: median aggregates

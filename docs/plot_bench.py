@@ -86,7 +86,8 @@ def main():
         val = gbs if args.metric == "gbs" else b.get("FLOP/s", 0.0) / 1e9
         if k["kernel"] == "membw":
             roof[k["threads"]] = gbs
-        elif k["kernel"] in ("gemv", "gemm") and val > 0:
+        elif k["kernel"] in ("gemv", "gemm") and val > 0 and not k["cache"].startswith("warm_l"):
+            # (the warm_l2 / warm_l3 GEMV rows are cache-resident ceilings: in the summary table)
             products[(k["n"], k["shape"])][k["format"] + "/" + k["impl"]][k["threads"]] = val
     if not products:
         sys.exit("plot_bench.py: no successful gemv/gemm results in " + args.json)

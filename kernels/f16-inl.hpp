@@ -49,7 +49,11 @@ void register_f16(KernelTable& t) {
     k.gemm = &float_gemm_scalar<F16Value>;
   } else {
     k.dequant = &f16_dequant_simd<Tag>;
-    k.gemm = &float_gemm<Tag, F16Src<typename FloatVec<Tag>::type>>;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+    k.gemm =
+        &FloatGemv<Tag,
+                   true>::template gemm<&float_gemm<Tag, F16Src<typename FloatVec<Tag>::type>>>;
+#endif
   }
 }
 

@@ -145,6 +145,82 @@ inline void f32_dequant(const void* src, std::int64_t n, float* dst) {
   std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
 }
 
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+/// GEMV body of the float formats (f32, f16 weights; fp32 activations), written once over the
+/// ISA tag: kR rows share each activation load, kU independent accumulators per row hide the
+/// fma latency, the rows of the next group are prefetched into L2 (gemv_groups). f16 weights
+/// are converted exactly (load_f16). The tail of a row (cols not a multiple of the step) is
+/// summed in scalar code.
+template <class Tag, bool Half>
+struct FloatGemv {
+  static constexpr int kL = Tag::bytes / 4;  ///< floats per register
+  static constexpr int kU = 2;               ///< registers per row and step
+  static constexpr int kE = Half ? 2 : 4;    ///< bytes per weight
+  static constexpr int kR = 4;
+
+  static float value(const std::uint8_t* row, std::int64_t k) {
+    if constexpr (Half) return half_to_float(ld_u16(row + 2 * k));
+    return ld_f32(row + 4 * k);
+  }
+
+  /// FormatKernels::gemm: n == 1 here, otherwise the register-tile GEMM (Gemm).
+  template <void (*Gemm)(const void*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
+                         const void*, std::size_t, std::int64_t, float*, std::int64_t)>
+  static void gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                   std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                   std::int64_t ldy) {
+    if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    gemv_groups<FloatGemv, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                               static_cast<const std::uint8_t*>(A), arb, cols);
+  }
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    constexpr int kStep = kL * kU;
+    constexpr std::size_t kPrefetch = 768;
+    const float* x = reinterpret_cast<const float*>(A);
+    VF<Tag> acc[R][kU];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kU; ++u) acc[r][u] = VF<Tag>(0.0f);
+    const std::int64_t kv = cols / kStep * kStep;
+    for (std::int64_t k = 0; k < kv; k += kStep) {
+      const std::size_t off = static_cast<std::size_t>(k) * kE;
+      if (off % 64 < static_cast<std::size_t>(kStep * kE)) {  // once per cache line
+        for (int r = 0; r < R; ++r)
+          for (int o = 0; o < (kStep * kE + 63) / 64; ++o) {
+            prefetch_l1(W + r * wrb + off + kPrefetch + 64 * o);
+            if (far) prefetch_l2(W + r * wrb + off + far + 64 * o);
+          }
+      }
+      for (int u = 0; u < kU; ++u) {
+        const VF<Tag> xv = VF<Tag>::load_unaligned(x + k + u * kL);
+        for (int r = 0; r < R; ++r) {
+          const std::uint8_t* p = W + r * wrb + off + static_cast<std::size_t>(u * kL * kE);
+          VF<Tag> w;
+          if constexpr (Half) {
+            w = load_f16<Tag>(p);
+          } else {
+            w = VF<Tag>::load_unaligned(reinterpret_cast<const float*>(p));
+          }
+          acc[r][u] = fmadd<Tag>(w, xv, acc[r][u]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      VF<Tag> t = acc[r][0];
+      for (int u = 1; u < kU; ++u) t = t + acc[r][u];
+      float s = xsimd::hadd(t);
+      for (std::int64_t k = kv; k < cols; ++k) s += value(W + r * wrb, k) * x[k];
+      Y[r] = s;
+    }
+  }
+};
+
+#endif
+
 template <class Tag>
 void register_f32(KernelTable& t) {
   FormatKernels& k = entry(t, Format::f32);
@@ -152,7 +228,11 @@ void register_f32(KernelTable& t) {
   if constexpr (TagInfo<Tag>::family == Family::scalar) {
     k.gemm = &float_gemm_scalar<F32Value>;
   } else {
-    k.gemm = &float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+    k.gemm =
+        &FloatGemv<Tag,
+                   false>::template gemm<&float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>>;
+#endif
   }
 }
 

@@ -1,6 +1,7 @@
 // nibble: reader/writer for llama.cpp importance-matrix files (legacy binary and GGUF).
 #include "nibble/io/imatrix.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -201,6 +202,133 @@ void write_legacy_imatrix(const std::string& path, const Imatrix& m) {
   if (!fp) fail("imatrix: cannot create \"", path, "\"");
   const bool ok = std::fwrite(b.data(), 1, b.size(), fp) == b.size();
   if (std::fclose(fp) != 0 || !ok) fail("imatrix: writing \"", path, "\" failed");
+}
+
+void ImatrixStats::add(const std::string& name, const float* x, std::int64_t n, std::int64_t cols) {
+  if (n < 0 || cols < 1 || (!x && n > 0)) {
+    fail("imatrix: add(\"", name, "\"): invalid n = ", n, ", cols = ", cols);
+  }
+  Entry& e = entries[name];
+  if (e.sums.empty()) {
+    e.sums.assign(static_cast<std::size_t>(cols), 0.0f);
+    e.counts.assign(1, 0);
+  } else if (e.sums.size() != static_cast<std::size_t>(cols) || e.counts.size() != 1) {
+    fail("imatrix: inconsistent size for \"", name, "\" (", e.sums.size(), " vs ", cols, ")");
+  }
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * cols;
+    for (std::int64_t j = 0; j < cols; ++j) e.sums[static_cast<std::size_t>(j)] += row[j] * row[j];
+  }
+  for (float v : e.sums) {
+    if (!std::isfinite(v)) fail("imatrix: non-finite sum of squares in \"", name, "\"");
+  }
+  e.counts[0] += n;
+}
+
+namespace {
+
+void check_stats(const ImatrixStats& s, const char* what) {
+  if (s.entries.empty()) fail("imatrix: ", what, ": no statistics to write");
+  for (const auto& kv : s.entries) {
+    const auto& e = kv.second;
+    if (e.counts.empty() || e.sums.empty() || e.sums.size() % e.counts.size() != 0) {
+      fail("imatrix: ", what, ": entry \"", kv.first, "\" has ", e.sums.size(), " sums and ",
+           e.counts.size(), " counts");
+    }
+  }
+}
+
+void write_bytes(const std::string& path, const std::vector<std::uint8_t>& b) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
+  if (!fp) fail("imatrix: cannot create \"", tmp, "\"");
+  const bool ok = std::fwrite(b.data(), 1, b.size(), fp) == b.size();
+  if (std::fclose(fp) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail("imatrix: writing \"", path, "\" failed");
+  }
+}
+
+}  // namespace
+
+void write_imatrix_gguf(const std::string& path, const ImatrixStats& s) {
+  check_stats(s, "write_imatrix_gguf");
+  std::vector<gguf::KeyValue> meta;
+  meta.push_back({"general.type", gguf::Value::string("imatrix")});
+  meta.push_back({"imatrix.datasets", gguf::Value::string_array(s.datasets)});
+  meta.push_back({"imatrix.chunk_count", gguf::Value::u32(static_cast<std::uint32_t>(s.chunks))});
+  meta.push_back(
+      {"imatrix.chunk_size", gguf::Value::u32(static_cast<std::uint32_t>(s.chunk_size))});
+  std::vector<std::vector<float>> counts;  // keeps the float counts alive
+  counts.reserve(s.entries.size());
+  std::vector<gguf::TensorInfo> tensors;
+  for (const auto& kv : s.entries) {  // std::map: name order
+    const auto& e = kv.second;
+    const std::int64_t nmat = static_cast<std::int64_t>(e.counts.size());
+    const std::int64_t nval = static_cast<std::int64_t>(e.sums.size());
+    gguf::TensorInfo t;
+    t.name = kv.first + ".in_sum2";
+    // ggml writes ggml_n_dims dimensions: trailing ones dropped.
+    t.shape =
+        nmat > 1 ? std::vector<std::int64_t>{nval / nmat, nmat} : std::vector<std::int64_t>{nval};
+    t.type = 0;
+    t.nbytes = static_cast<std::uint64_t>(nval) * 4;
+    t.data = reinterpret_cast<const std::uint8_t*>(e.sums.data());
+    tensors.push_back(t);
+    counts.emplace_back(e.counts.begin(), e.counts.end());
+    gguf::TensorInfo c;
+    c.name = kv.first + ".counts";
+    c.shape = nmat > 1 ? std::vector<std::int64_t>{1, nmat} : std::vector<std::int64_t>{1};
+    c.type = 0;
+    c.nbytes = static_cast<std::uint64_t>(nmat) * 4;
+    c.data = reinterpret_cast<const std::uint8_t*>(counts.back().data());
+    tensors.push_back(c);
+  }
+  write_bytes(path, gguf::write_memory(meta, std::move(tensors)));
+}
+
+void write_imatrix_dat(const std::string& path, const ImatrixStats& s) {
+  check_stats(s, "write_imatrix_dat");
+  if (s.chunk_size < 1) fail("imatrix: write_imatrix_dat: chunk_size ", s.chunk_size, " < 1");
+  std::vector<std::uint8_t> b;
+  auto put32 = [&](std::int32_t v) {
+    const auto* q = reinterpret_cast<const std::uint8_t*>(&v);
+    b.insert(b.end(), q, q + 4);
+  };
+  std::vector<const std::string*> names;
+  for (const auto& kv : s.entries) {
+    bool any = false;
+    for (auto c : kv.second.counts) any = any || c != 0;
+    if (any) names.push_back(&kv.first);
+  }
+  if (names.empty()) fail("imatrix: write_imatrix_dat: no entry has data");
+  put32(static_cast<std::int32_t>(names.size()));
+  for (const std::string* name : names) {
+    const auto& e = s.entries.at(*name);
+    put32(static_cast<std::int32_t>(name->size()));
+    b.insert(b.end(), name->begin(), name->end());
+    const std::int64_t mx = *std::max_element(e.counts.begin(), e.counts.end());
+    const std::int32_t ncall = static_cast<std::int32_t>((mx + (s.chunk_size - 1)) / s.chunk_size);
+    put32(ncall);
+    const std::size_t nval = e.sums.size(), per = nval / e.counts.size();
+    put32(static_cast<std::int32_t>(nval));
+    for (std::size_t i = 0; i < nval; ++i) {
+      float count = static_cast<float>(e.counts[i / per]);
+      float value = e.sums[i];
+      if (count == 0.0f) {
+        value = 1.0f;
+        count = 1.0f;
+      }
+      const float v = (value / count) * static_cast<float>(ncall);
+      const auto* q = reinterpret_cast<const std::uint8_t*>(&v);
+      b.insert(b.end(), q, q + 4);
+    }
+  }
+  put32(s.chunks);
+  const std::string d = s.datasets.empty() ? std::string() : s.datasets.back();
+  put32(static_cast<std::int32_t>(d.size()));
+  b.insert(b.end(), d.begin(), d.end());
+  write_bytes(path, b);
 }
 
 }  // namespace nibble

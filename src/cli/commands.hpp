@@ -8,3 +8,16 @@ int cmd_quantize(int argc, char** argv);
 
 /// `nibble info FILE.gguf [--all]`: metadata and tensor table of a GGUF file.
 int cmd_info(int argc, char** argv);
+
+/// `nibble perplexity MODEL.gguf [TEXT] [-c N] [--chunks N] [--kl-divergence-base FILE]
+/// [--kl-divergence] [--kl-divergence-model BASE.gguf] [--tokens FILE]`: llama-perplexity.
+int cmd_perplexity(int argc, char** argv);
+
+/// `nibble imatrix MODEL.gguf [TEXT] -o OUT [-c N] [--chunks N] [--output-format gguf|dat]
+/// [--tokens FILE]`: llama-imatrix.
+int cmd_imatrix(int argc, char** argv);
+
+/// `nibble bench MODEL.gguf [-t N] [--min-time S] [--membw-bytes N]`: the model decode step
+/// (one GEMV through every linear weight of the file, weights in DRAM) in tokens/s and as a
+/// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N).
+int cmd_bench_model(int argc, char** argv);

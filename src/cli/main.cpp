@@ -48,10 +48,16 @@ void usage(std::FILE* out) {
                "  quantize   IN.gguf OUT.gguf TYPE [options]: quantize a GGUF model like\n"
                "             llama-quantize; see `nibble quantize --help`\n"
                "  info       FILE.gguf: metadata and tensor table\n"
+               "  perplexity MODEL.gguf TEXT [options]: perplexity / KL divergence like\n"
+               "             llama-perplexity (llama, qwen2); see `nibble perplexity --help`\n"
+               "  imatrix    MODEL.gguf TEXT -o OUT [options]: importance matrix like\n"
+               "             llama-imatrix; see `nibble imatrix --help`\n"
                "  bench      [nibble-bench options]: run the kernel comparison on this machine\n"
                "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
                "             and print the ratio table; runs `nibble-bench --summary`, which\n"
                "             must sit next to this program (build with NIBBLE_BUILD_BENCH=ON)\n"
+               "  bench      MODEL.gguf [-t N]: one decode step (a GEMV through every linear\n"
+               "             weight) of this model: tokens/s and %% of the memory bandwidth\n"
                "  isa        print the ISAs this binary can run here and the one it picks\n"
                "  -h, --help this text\n");
 }
@@ -66,6 +72,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "report") return nibble::cli::cmd_report(argc > 1 ? argc - 2 : 0, argv + 2);
+#if defined(NIBBLE_CLI_HAVE_GGUF)
+    // `nibble bench MODEL.gguf ...`: the model decode step in this process.
+    if (cmd == "bench" && argc > 2 && argv[2][0] != '-') return cmd_bench_model(argc - 2, argv + 2);
+#endif
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "isa") {
       for (nibble::Isa i : nibble::available_isas()) std::printf("%s ", nibble::isa_name(i));
@@ -75,6 +85,8 @@ int main(int argc, char** argv) {
 #if defined(NIBBLE_CLI_HAVE_GGUF)
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
     if (cmd == "info") return cmd_info(argc - 2, argv + 2);
+    if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);
+    if (cmd == "imatrix") return cmd_imatrix(argc - 2, argv + 2);
 #endif
     std::fprintf(stderr, "nibble: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);

@@ -37,6 +37,38 @@ Imatrix read_imatrix(const std::string& path);
 /// Parses an imatrix held in memory (either format).
 Imatrix parse_imatrix(const void* data, std::size_t size);
 
+/// Raw statistics as llama-imatrix collects them: per weight, the sums over all tokens of the
+/// squared inputs of every column (n_per_row * n_mat values) and the number of tokens seen per
+/// matrix (n_mat counts; n_mat = 1 for plain 2-D weights).
+struct ImatrixStats {
+  /// One weight's statistics.
+  struct Entry {
+    std::vector<float> sums;           ///< sum of x^2 per input column (and matrix)
+    std::vector<std::int64_t> counts;  ///< tokens per matrix
+  };
+  std::map<std::string, Entry> entries;  ///< weight name -> statistics
+  std::vector<std::string> datasets;     ///< calibration data set names (file names)
+  int chunks = 0;                        ///< chunks processed
+  int chunk_size = 0;                    ///< tokens per chunk (n_ctx)
+
+  /// Adds n rows of `cols` inputs of weight `name` (sums of squares in float, count += n).
+  /// Throws if `cols` differs from earlier calls for the same name.
+  void add(const std::string& name, const float* x, std::int64_t n, std::int64_t cols);
+};
+
+/// Writes `s` as a GGUF imatrix like llama-imatrix (--output-format gguf): general.type
+/// "imatrix", imatrix.datasets, imatrix.chunk_count, imatrix.chunk_size, and per weight NAME
+/// (in name order) f32 tensors NAME.in_sum2 [n_per_row, n_mat] and NAME.counts [1, n_mat]
+/// (written with trailing dimensions of 1 dropped, as ggml does).
+/// Written to PATH.tmp and renamed. Throws on empty statistics or I/O errors.
+void write_imatrix_gguf(const std::string& path, const ImatrixStats& s);
+
+/// Writes `s` in llama-imatrix's legacy format (--output-format dat): entries in name order
+/// with ncall = ceil(max count / chunk_size) and values sum / count * ncall (1 for a matrix that
+/// saw no tokens; entries that saw none at all are skipped), then the chunk count and the last
+/// data set name. Throws on empty statistics, chunk_size < 1 or I/O errors.
+void write_imatrix_dat(const std::string& path, const ImatrixStats& s);
+
 /// Writes `m` in the legacy binary format (entries in name order, ncall = 1, so the values are
 /// stored as given); used by tests and tools.
 void write_legacy_imatrix(const std::string& path, const Imatrix& m);

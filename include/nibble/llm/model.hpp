@@ -1,0 +1,92 @@
+// nibble: a reference forward pass for llama-family GGUF models (architectures `llama` and
+// `qwen2`), used by `nibble perplexity` and `nibble imatrix`.
+//
+// The model is read from a memory-mapped GGUF file: the weight matrices are used in place (any
+// format nibble has a GEMM for: f32, f16, q8_0, q4_K, q5_K, q6_K) through nibble::gemm; only the
+// small 1-D tensors (norms, biases, rope frequency factors) are copied to fp32. One call of
+// forward() processes a whole chunk of tokens at positions 0..n-1 with causal attention, fp32
+// activations, and returns the logits, following llama.cpp's graph for these architectures:
+// RMSNorm (eps from the metadata), grouped-query attention with rotary embeddings (llama: the
+// "normal" mode pairing dimensions 2i and 2i+1, as llama.cpp's converter permutes Q/K; qwen2:
+// the NEOX mode pairing i and i + n_rot/2), rope frequency base and linear rope scaling from the
+// metadata, optional rope_freqs.weight frequency factors, SwiGLU feed-forward network, and the
+// token embedding reused as output matrix when output.weight is absent. A block matrix's bias
+// (NAME.bias, f32; qwen2's q/k/v biases) is added when the file has one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nibble/core/types.hpp"
+#include "nibble/io/gguf.hpp"
+#include "nibble/nibble.hpp"
+
+namespace nibble::llm {
+
+/// Hyper-parameters read from the GGUF metadata.
+struct Hparams {
+  std::string arch;              ///< general.architecture ("llama" or "qwen2")
+  std::int64_t n_vocab = 0;      ///< rows of token_embd.weight
+  std::int64_t n_embd = 0;       ///< {arch}.embedding_length
+  std::int64_t n_layer = 0;      ///< {arch}.block_count
+  std::int64_t n_head = 0;       ///< {arch}.attention.head_count
+  std::int64_t n_head_kv = 0;    ///< {arch}.attention.head_count_kv (default n_head)
+  std::int64_t head_dim = 0;     ///< {arch}.attention.key_length (default n_embd / n_head)
+  std::int64_t n_ff = 0;         ///< {arch}.feed_forward_length
+  std::int64_t n_rot = 0;        ///< {arch}.rope.dimension_count (default head_dim)
+  std::int64_t n_ctx_train = 0;  ///< {arch}.context_length (0 if absent)
+  float rms_eps = 1e-5f;         ///< {arch}.attention.layer_norm_rms_epsilon
+  float rope_base = 10000.0f;    ///< {arch}.rope.freq_base
+  float rope_freq_scale = 1.0f;  ///< 1 / {arch}.rope.scaling.factor for linear scaling
+  bool rope_neox = false;        ///< NEOX rotation (qwen2) instead of llama's normal mode
+  bool tied_output = false;      ///< output.weight absent: token_embd.weight is the output matrix
+};
+
+/// Observer of the inputs of every weight matrix product: called (from the calling thread) with
+/// the weight's tensor name (e.g. "blk.0.attn_q.weight") and its input X, n rows of `cols`
+/// floats (row-major), just before the product Y = X W^T is computed.
+using MatmulObserver = std::function<void(const std::string& weight, const float* x, std::int64_t n,
+                                          std::int64_t cols)>;
+
+/// A loaded llama-family model. Move-only; keeps its GGUF mapping alive.
+class Model {
+ public:
+  /// Maps and parses `path` and checks the tensors against the metadata. Throws nibble::Error
+  /// for an unsupported architecture or rope scaling, a missing or misshapen tensor, or a weight
+  /// type without a nibble GEMM.
+  static Model load(const std::string& path);
+  /// Same, from an already parsed file (taken over by the model).
+  static Model from_gguf(gguf::File file);
+
+  Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  /// The hyper-parameters.
+  const Hparams& hparams() const;
+  /// The underlying GGUF file (metadata, tensors).
+  const gguf::File& file() const;
+
+  /// Runs the chunk tokens[0..n) at positions 0..n-1 (causal attention, no cache) and returns
+  /// the logits of the tokens first_output..n-1: (n - first_output) x n_vocab floats, row-major.
+  /// Throws if n < 1, first_output is outside [0, n), or a token id is outside [0, n_vocab).
+  /// `observer` (may be empty) sees the input of every matrix product, the output matrix
+  /// included (whose input has n - first_output rows).
+  std::vector<float> forward(const Context& ctx, const std::int32_t* tokens, std::int64_t n,
+                             std::int64_t first_output = 0,
+                             const MatmulObserver& observer = {}) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// nibble format of ggml type id `type` for a weight matrix (f32, f16, q8_0, q4_K, q5_K, q6_K);
+/// throws naming `tensor` for any other type.
+Format weight_format(std::uint32_t type, const std::string& tensor);
+
+}  // namespace nibble::llm

@@ -1,0 +1,202 @@
+// The model decode step shared by nibble-bench and `nibble bench MODEL.gguf`
+// (src/decode_step.hpp): llama-quantize's use_more_bits rule, the built-in Q4_K_M stack's types
+// and bytes, GGUF tensor selection, and the step's products.
+//
+// DecodeStep.GgufStackFromFile also writes the tiny GGUF used by the `nibble bench MODEL.gguf`
+// ctest (cli_bench_model) to $NIBBLE_DECODE_TINY_GGUF when that is set.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../src/decode_step.hpp"
+#include "nibble/io/gguf.hpp"
+#include "nibble/nibble.hpp"
+
+namespace {
+
+namespace d = nibble::decode;
+namespace g = nibble::gguf;
+using nibble::Format;
+
+// Reference y[r] of one linear: dequantized row . x in double; *mag = sum |w_k x_k| (the scale
+// of the 8-bit activation rounding error, as in nibble-bench's product check).
+double ref_dot(const d::Linear& l, std::int64_t r, const std::vector<float>& x, double* mag) {
+  std::vector<float> w(static_cast<std::size_t>(l.cols));
+  nibble::dequantize(l.format,
+                     static_cast<const char*>(l.data) + r * nibble::row_bytes(l.format, l.cols), 1,
+                     l.cols, w.data());
+  double s = 0;
+  *mag = 0;
+  for (std::int64_t k = 0; k < l.cols; ++k) {
+    s += static_cast<double>(w[k]) * x[k];
+    *mag += std::fabs(static_cast<double>(w[k]) * x[k]);
+  }
+  return s;
+}
+
+TEST(DecodeStep, UseMoreBitsIsLlamaRule) {
+  // n = 32: n/8 = 4, 7n/8 = 28: layers 0-3, 28-31 and 6, 9, ..., 27 ((i - 4) % 3 == 2).
+  std::set<int> want32 = {0, 1, 2, 3, 28, 29, 30, 31, 6, 9, 12, 15, 18, 21, 24, 27};
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(d::use_more_bits(i, 32), want32.count(i) == 1) << i;
+  // n = 4: n/8 = 0, 7n/8 = 3: layer 3, and layer 2 (2 % 3 == 2).
+  std::set<int> want4 = {2, 3};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(d::use_more_bits(i, 4), want4.count(i) == 1) << i;
+}
+
+TEST(DecodeStep, BuiltinStackTypesBytesAndProducts) {
+  const d::Stack s = d::make_llama7b_q4km_stack(2, 2);
+  ASSERT_EQ(s.linears.size(), 2u * 7u + 1u);
+  // Q4_K row of 4096 values: 16 blocks x 144 bytes; of 11008: 43 x 144. Q6_K: x 210.
+  const std::uint64_t q4_4096 = 2304, q4_11008 = 6192, q6_4096 = 3360, q6_11008 = 9030;
+  std::uint64_t want = 0;
+  for (int i = 0; i < 2; ++i) {
+    const bool more = i == 1;  // use_more_bits(i, 2): 7 * 2 / 8 = 1
+    const d::Linear* l = &s.linears[static_cast<std::size_t>(i) * 7];
+    EXPECT_EQ(l[0].name, "blk." + std::to_string(i) + ".attn_q.weight");
+    EXPECT_EQ(l[2].format, more ? Format::q6_K : Format::q4_K) << i;
+    EXPECT_EQ(l[6].format, more ? Format::q6_K : Format::q4_K) << i;
+    EXPECT_EQ(l[4].format, Format::q4_K);
+    EXPECT_EQ(l[4].rows, 11008);
+    EXPECT_EQ(l[6].cols, 11008);
+    want += 3 * 4096 * q4_4096 + 4096 * (more ? q6_4096 : q4_4096) + 2 * 11008 * q4_4096 +
+            4096 * (more ? q6_11008 : q4_11008);
+  }
+  const d::Linear& out = s.linears.back();
+  EXPECT_EQ(out.name, "output.weight");
+  EXPECT_EQ(out.format, Format::q6_K);
+  EXPECT_EQ(out.rows, 32000);
+  want += 32000 * q6_4096;
+  EXPECT_EQ(s.bytes(), want);
+
+  // The step's last product (output.weight, rows beyond the tiled slab included) matches the
+  // dequantized weights; the weights are not all zero.
+  nibble::Context ctx;
+  ctx.threads = 2;
+  d::Runner r(s, ctx);
+  r.step();
+  std::vector<float> x(4096);
+  d::detail::fill_random(x.data(), x.size(), 7, 1.0f);
+  double total = 0;
+  for (std::int64_t row : {0L, 255L, 256L, 31999L}) {
+    double mag = 0;
+    const double ref = ref_dot(out, row, x, &mag);
+    EXPECT_NEAR(r.y()[row], ref, 2e-2 * mag + 1e-6) << row;
+    total += mag;
+  }
+  EXPECT_GT(total, 0.0);
+}
+
+TEST(DecodeStep, BuiltinStackRejectsLayerCount) {
+  EXPECT_THROW(d::make_llama7b_q4km_stack(0), nibble::Error);
+  EXPECT_THROW(d::make_llama7b_q4km_stack(33), nibble::Error);
+}
+
+// A tiny llama-like file: token_embd, a norm, two linears, an unsupported q4_0 tensor, output.
+struct TinyModel {
+  std::vector<std::vector<std::uint8_t>> blobs;
+  std::vector<g::TensorInfo> tensors;
+  void add(const std::string& name, Format f, std::int64_t rows, std::int64_t cols,
+           std::uint64_t seed) {
+    std::vector<float> v(static_cast<std::size_t>(rows * cols));
+    d::detail::fill_random(v.data(), v.size(), seed, 0.05f);
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(rows) * nibble::row_bytes(f, cols));
+    nibble::quantize(f, v.data(), rows, cols, q.data());
+    add_raw(name, static_cast<std::uint32_t>(nibble::traits(f).gguf_type), {cols, rows},
+            std::move(q));
+  }
+  void add_raw(const std::string& name, std::uint32_t type, std::vector<std::int64_t> shape,
+               std::vector<std::uint8_t> bytes) {
+    blobs.push_back(std::move(bytes));
+    g::TensorInfo t;
+    t.name = name;
+    t.type = type;
+    t.shape = std::move(shape);
+    t.nbytes = blobs.back().size();
+    t.data = blobs.back().data();
+    tensors.push_back(t);
+  }
+};
+
+std::string write_tiny(const std::string& path) {
+  TinyModel m;
+  m.blobs.reserve(16);
+  m.add("token_embd.weight", Format::f32, 8, 256, 1);
+  m.add_raw("blk.0.attn_norm.weight", 0, {256}, std::vector<std::uint8_t>(256 * 4, 0));
+  m.add("blk.0.attn_q.weight", Format::q4_K, 16, 256, 2);
+  m.add("blk.0.ffn_down.weight", Format::q6_K, 16, 512, 3);
+  m.add_raw("blk.0.ffn_up.weight", 2 /* q4_0 */, {256, 4}, std::vector<std::uint8_t>(4 * 8 * 18));
+  m.add("output.weight", Format::q8_0, 32, 256, 4);
+  m.add_raw("blk.0.ffn_up_exps.weight", 0, {256, 2, 2}, std::vector<std::uint8_t>(256 * 4 * 4));
+  std::vector<g::KeyValue> meta = {{"general.architecture", g::Value::string("llama")}};
+  g::write_file(path, meta, m.tensors);
+  return path;
+}
+
+TEST(DecodeStep, GgufStackFromFile) {
+  const char* env = std::getenv("NIBBLE_DECODE_TINY_GGUF");
+  const std::string path =
+      env && *env ? std::string(env) : ::testing::TempDir() + "nibble_decode_tiny.gguf";
+  write_tiny(path);
+  const d::Stack s = d::load_gguf_stack(path);
+  ASSERT_EQ(s.linears.size(), 3u);
+  EXPECT_EQ(s.linears[0].name, "blk.0.attn_q.weight");
+  EXPECT_EQ(s.linears[0].format, Format::q4_K);
+  EXPECT_EQ(s.linears[0].rows, 16);
+  EXPECT_EQ(s.linears[0].cols, 256);
+  EXPECT_EQ(s.linears[1].name, "blk.0.ffn_down.weight");
+  EXPECT_EQ(s.linears[1].format, Format::q6_K);
+  EXPECT_EQ(s.linears[1].cols, 512);
+  EXPECT_EQ(s.linears[2].name, "output.weight");
+  EXPECT_EQ(s.linears[2].format, Format::q8_0);
+  // q4_K 16 x 144 + q6_K 16 x 2 x 210 + q8_0 32 x 8 x 34
+  EXPECT_EQ(s.bytes(), 16u * 144u + 16u * 420u + 32u * 272u);
+  ASSERT_EQ(s.skipped.size(), 3u);
+  EXPECT_NE(s.skipped[0].find("token_embd.weight"), std::string::npos);
+  EXPECT_NE(s.skipped[1].find("q4_0"), std::string::npos);
+  EXPECT_NE(s.skipped[2].find("ffn_up_exps.weight (3-D"), std::string::npos);
+
+  nibble::Context ctx;
+  ctx.threads = 1;
+  d::Runner r(s, ctx);
+  r.step();
+  std::vector<float> x(512);
+  d::detail::fill_random(x.data(), x.size(), 7, 1.0f);
+  for (std::int64_t row = 0; row < 32; ++row) {
+    double mag = 0;
+    const double ref = ref_dot(s.linears[2], row, x, &mag);
+    EXPECT_NEAR(r.y()[row], ref, 2e-2 * mag + 1e-6) << row;
+  }
+  EXPECT_GT(d::time_steps(r, 0.0, 2), 0.0);
+}
+
+TEST(DecodeStep, GgufWithoutOutputUsesTiedEmbedding) {
+  TinyModel m;
+  m.add("token_embd.weight", Format::f16, 8, 256, 1);
+  const std::string path = ::testing::TempDir() + "nibble_decode_tied.gguf";
+  g::write_file(path, {}, m.tensors);
+  const d::Stack s = d::load_gguf_stack(path);
+  ASSERT_EQ(s.linears.size(), 1u);
+  EXPECT_EQ(s.linears[0].format, Format::f16);
+  std::remove(path.c_str());
+}
+
+TEST(DecodeStep, GgufErrors) {
+  EXPECT_THROW(d::load_gguf_stack("/nonexistent/nibble-decode.gguf"), nibble::Error);
+  TinyModel m;
+  m.add_raw("norm.weight", 0, {256}, std::vector<std::uint8_t>(256 * 4, 0));
+  const std::string path = ::testing::TempDir() + "nibble_decode_norm.gguf";
+  g::write_file(path, {}, m.tensors);
+  EXPECT_THROW(d::load_gguf_stack(path), nibble::Error);
+  std::remove(path.c_str());
+}
+
+TEST(DecodeStep, ReadBandwidthPositive) {
+  EXPECT_GT(d::read_bandwidth(std::size_t{8} << 20, 1, 2), 0.0);
+}
+
+}  // namespace
