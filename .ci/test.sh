@@ -36,7 +36,7 @@ native() {
   (cd build && ctest --output-on-failure --no-tests=error -j"$jobs")
 }
 # Kernel, dispatch, API, quantizer and golden tests on emulated CPUs (smaller random sweeps).
-emu_tests="test_dispatch test_api test_kernels_basic test_kernels_kquant test_w8a8 test_quantizers_simd"
+emu_tests="test_dispatch test_api test_capi test_kernels_basic test_kernels_kquant test_w8a8 test_quantizers_simd"
 emulated_x86() {
   TESTS="$emu_tests" NIBBLE_QZ_SUPERBLOCKS=256 bash tests/cross/run_x86_emulated.sh build
 }
@@ -52,15 +52,39 @@ neon() {
     bash tests/cross/run_neon.sh build-aarch64
 }
 fuzz() { bash tests/fuzz/run.sh build-fuzz 20; }
+# C API: only the library, the C API tests, the embedding example and (shared) the symbol and
+# install/pkg-config tests -- not the whole suite.
+capi_tests='^(CApi|capi_)'
+capi_targets="nibble test_capi test_capi_stress nibble_embed"
+# ThreadSanitizer on the C API tests and the concurrent stress test. OpenMP off (libgomp is not
+# instrumented and gives false positives): the default pool is serial, the tests bring their own.
+tsan() {
+  local f="-fsanitize=thread -g1 -fno-omit-frame-pointer"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DNIBBLE_WERROR=ON -DNIBBLE_OPENMP=OFF \
+    -DNIBBLE_BUILD_PYTHON=OFF -DNIBBLE_BUILD_BENCH=OFF -DNIBBLE_BUILD_CLI=OFF \
+    -DCMAKE_CXX_FLAGS="$f" -DCMAKE_C_FLAGS="$f" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread >/dev/null
+  cmake --build build-tsan -j"$jobs" --target $capi_targets
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --output-on-failure --no-tests=error -R "$capi_tests" -j"$jobs")
+}
+shared_lib() {
+  cmake -S . -B build-shared -DCMAKE_BUILD_TYPE=Release -DNIBBLE_WERROR=ON -DBUILD_SHARED_LIBS=ON \
+    -DNIBBLE_BUILD_PYTHON=OFF -DNIBBLE_BUILD_BENCH=OFF -DNIBBLE_BUILD_CLI=OFF >/dev/null
+  cmake --build build-shared -j"$jobs" --target $capi_targets
+  (cd build-shared && ctest --output-on-failure --no-tests=error -R "$capi_tests|^install_consumer\$" \
+    -j"$jobs")
+}
 
-export -f native emulated_x86 sanitizers neon fuzz
-export jobs emu_tests
+export -f native emulated_x86 sanitizers neon fuzz tsan shared_lib
+export jobs emu_tests capi_tests capi_targets
 
 stage "native build + ctest" native
 stage "x86 under qemu (Haswell, Nehalem)" emulated_x86
 stage "ASan+UBSan build + ctest" sanitizers
 stage "aarch64 NEON under qemu" neon
 stage "libFuzzer (bounded)" fuzz
+stage "ThreadSanitizer (C API + stress)" tsan
+stage "shared library (C API, symbols, pkg-config)" shared_lib
 
 echo
 echo "ci: $passed passed, $failed failed"

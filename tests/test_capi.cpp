@@ -1,0 +1,446 @@
+// The C API (include/nibble/nibble.h): formats, golden quantize/dequantize/dot through the C
+// entry points, error codes with nothing written, the per-thread last error, contexts and pools,
+// gemm layout, and read-only GGUF access. Uses nibble.h only, so it also links against the
+// shared library (whose C++ internals are not exported).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nibble/nibble.h"
+
+namespace {
+
+const std::string kData = NIBBLE_TEST_DATA_DIR;
+
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+std::vector<float> read_f32(const std::string& path) {
+  const auto b = read_bytes(path);
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+int fmt(const char* name) {
+  const int f = nibble_format_from_name(name);
+  EXPECT_GE(f, 0) << name;
+  return f;
+}
+
+const char* const kCases[] = {"gauss_s1", "student_t3", "uniform_pm1"};
+
+TEST(CApi, Version) {
+  EXPECT_STREQ(nibble_version(), NIBBLE_PROJECT_VERSION);
+  const std::string hdr = std::to_string(NIBBLE_VERSION_MAJOR) + "." +
+                          std::to_string(NIBBLE_VERSION_MINOR) + "." +
+                          std::to_string(NIBBLE_VERSION_PATCH);
+  EXPECT_EQ(hdr, NIBBLE_PROJECT_VERSION) << "update the NIBBLE_VERSION_* macros in nibble.h";
+}
+
+TEST(CApi, Formats) {
+  const int n = nibble_format_count();
+  ASSERT_GE(n, 9);
+  for (int f = 0; f < n; ++f) {
+    const char* name = nibble_format_name(f);
+    ASSERT_NE(name, nullptr) << f;
+    EXPECT_EQ(nibble_format_from_name(name), f) << name;
+    EXPECT_GT(nibble_block_elems(f), 0);
+  }
+  EXPECT_EQ(nibble_format_name(-1), nullptr);
+  EXPECT_EQ(nibble_format_name(n), nullptr);
+  EXPECT_EQ(nibble_block_elems(n), 0);
+  // Enum values are the C API values (documented in nibble.h).
+  EXPECT_EQ(fmt("f32"), 0);
+  EXPECT_EQ(fmt("q8_0"), 2);
+  EXPECT_EQ(fmt("q4_K"), 3);
+  EXPECT_EQ(fmt("fp4"), 8);
+  EXPECT_EQ(nibble_format_from_name("Q4_K"), 3);
+  EXPECT_EQ(nibble_format_from_name("q4_k"), 3);
+  EXPECT_EQ(nibble_format_from_name("q3_K_XL"), -1);
+  EXPECT_EQ(nibble_format_from_name(""), -1);
+  EXPECT_EQ(nibble_format_from_name(nullptr), -1);
+  // ggml type ids.
+  EXPECT_EQ(nibble_format_from_gguf_type(0), fmt("f32"));
+  EXPECT_EQ(nibble_format_from_gguf_type(8), fmt("q8_0"));
+  EXPECT_EQ(nibble_format_from_gguf_type(12), fmt("q4_K"));
+  EXPECT_EQ(nibble_format_from_gguf_type(14), fmt("q6_K"));
+  EXPECT_EQ(nibble_format_from_gguf_type(2), -1);  // q4_0: no nibble format
+  // Row sizes (GGUF block sizes).
+  EXPECT_EQ(nibble_row_bytes(fmt("q4_K"), 4096), 16u * 144u);
+  EXPECT_EQ(nibble_row_bytes(fmt("q8_0"), 64), 2u * 34u);
+  EXPECT_EQ(nibble_row_bytes(fmt("f16"), 3), 6u);
+  EXPECT_EQ(nibble_row_bytes(fmt("q4_K"), 100), 0u);
+  EXPECT_NE(std::string(nibble_last_error()).find("100"), std::string::npos) << nibble_last_error();
+  EXPECT_EQ(nibble_row_bytes(99, 256), 0u);
+  EXPECT_NE(std::string(nibble_last_error()).find("99"), std::string::npos) << nibble_last_error();
+}
+
+TEST(CApi, Isas) {
+  int best = -1;
+  ASSERT_EQ(nibble_best_isa(nullptr, &best), NIBBLE_OK) << nibble_last_error();
+  EXPECT_EQ(nibble_isa_supported(best), 1);
+  EXPECT_EQ(nibble_isa_supported(NIBBLE_ISA_SCALAR), 1);
+  EXPECT_STREQ(nibble_isa_name(NIBBLE_ISA_SCALAR), "scalar");
+  EXPECT_STREQ(nibble_isa_name(NIBBLE_ISA_AVX2), "avx2");
+  EXPECT_STREQ(nibble_isa_name(NIBBLE_ISA_AVXVNNI), "avxvnni");
+  EXPECT_EQ(nibble_isa_name(-1), nullptr);
+  EXPECT_EQ(nibble_isa_supported(77), 0);
+  nibble_context ctx;
+  std::memset(&ctx, 0, sizeof ctx);
+  int isa = -1;
+  ASSERT_EQ(nibble_best_isa(&ctx, &isa), NIBBLE_OK);
+  EXPECT_EQ(isa, best);  // all-zero context == defaults
+  ctx.force_isa = 1;
+  ctx.isa = NIBBLE_ISA_SCALAR;
+  ASSERT_EQ(nibble_best_isa(&ctx, &isa), NIBBLE_OK);
+  EXPECT_EQ(isa, NIBBLE_ISA_SCALAR);
+  ctx.isa = 77;
+  isa = -5;
+  EXPECT_EQ(nibble_best_isa(&ctx, &isa), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(isa, -5);
+  for (int i = 0; i <= NIBBLE_ISA_AVXVNNI; ++i) {
+    if (nibble_isa_supported(i)) continue;
+    ctx.isa = i;  // built for another processor or not supported by this CPU
+    EXPECT_EQ(nibble_best_isa(&ctx, &isa), NIBBLE_ERROR_UNSUPPORTED) << i;
+    EXPECT_NE(std::string(nibble_last_error()).find(nibble_isa_name(i)), std::string::npos);
+    EXPECT_EQ(isa, -5);
+  }
+  EXPECT_EQ(nibble_best_isa(nullptr, nullptr), NIBBLE_ERROR_INVALID_ARGUMENT);
+}
+
+// quantize and dequantize through the C API reproduce ggml's reference outputs byte for byte.
+TEST(CApi, GoldenQuantizeDequantize) {
+  for (const char* c : kCases) {
+    const auto x = read_f32(kData + "/" + c + ".input.f32");
+    const int64_t n = static_cast<int64_t>(x.size());
+    for (const char* t : {"q8_0", "q4_K", "q5_K", "q6_K", "q8_K"}) {
+      SCOPED_TRACE(std::string(c) + " " + t);
+      const int f = fmt(t);
+      const auto want = read_bytes(kData + "/" + c + "." + t + ".blocks");
+      std::vector<unsigned char> got(nibble_row_bytes(f, n));
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_EQ(nibble_quantize(f, x.data(), 1, n, got.data(), nullptr), NIBBLE_OK)
+          << nibble_last_error();
+      EXPECT_EQ(got, want);
+      const auto want_dq = read_f32(kData + "/" + c + "." + t + ".dequant.f32");
+      std::vector<float> dq(x.size());
+      ASSERT_EQ(nibble_dequantize(f, want.data(), 1, n, dq.data()), NIBBLE_OK);
+      EXPECT_EQ(0, std::memcmp(dq.data(), want_dq.data(), dq.size() * 4));
+    }
+    for (const char* t : {"q4_K", "q5_K", "q6_K"}) {  // importance-weighted
+      SCOPED_TRACE(std::string(c) + " imatrix " + t);
+      const int f = fmt(t);
+      const auto imp = read_f32(kData + "/" + c + "." + t + ".imatrix.f32");
+      const auto want = read_bytes(kData + "/" + c + "." + t + ".iq.blocks");
+      std::vector<unsigned char> got(nibble_row_bytes(f, n));
+      ASSERT_EQ(nibble_quantize(f, x.data(), 1, n, got.data(), imp.data()), NIBBLE_OK);
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
+// gemv of one golden row against ggml's dot-product goldens (the exact dot of the dequantized
+// weights and activations).
+TEST(CApi, GoldenGemv) {
+  for (const char* c : kCases) {
+    const auto act = read_f32(kData + "/" + c + ".act.f32");
+    for (const char* t : {"q8_0", "q4_K", "q5_K", "q6_K"}) {
+      SCOPED_TRACE(std::string(c) + " " + t);
+      const std::string pair = std::string(t) + (std::string(t) == "q8_0" ? "_q8_0" : "_q8_K");
+      const auto w = read_bytes(kData + "/" + c + "." + t + ".blocks");
+      const auto exact = read_bytes(kData + "/" + c + "." + pair + ".dotexact.f64");
+      double want;
+      std::memcpy(&want, exact.data(), 8);
+      float y = 0;
+      ASSERT_EQ(nibble_gemv(nullptr, fmt(t), w.data(), 1, static_cast<int64_t>(act.size()),
+                            act.data(), &y),
+                NIBBLE_OK)
+          << nibble_last_error();
+      EXPECT_NEAR(y, want, 1e-4 * (1.0 + std::fabs(want)));
+    }
+  }
+}
+
+// A failing call returns the error class, leaves a message naming the problem and writes nothing.
+TEST(CApi, ErrorsWriteNothing) {
+  const int q4 = fmt("q4_K");
+  std::vector<float> x(512, 0.5f);
+  std::vector<unsigned char> dst(4096, 0xAB);
+  const std::vector<unsigned char> untouched = dst;
+
+  // cols not a multiple of the block size
+  EXPECT_EQ(nibble_quantize(q4, x.data(), 2, 100, dst.data(), nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nibble_last_error()).find("cols"), std::string::npos)
+      << nibble_last_error();
+  EXPECT_EQ(dst, untouched);
+  // NaN in the second row
+  x[300] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(nibble_quantize(q4, x.data(), 2, 256, dst.data(), nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dst, untouched);
+  x[300] = 0.5f;
+  // negative importance weight
+  std::vector<float> imp(256, 1.0f);
+  imp[7] = -1.0f;
+  EXPECT_EQ(nibble_quantize(q4, x.data(), 2, 256, dst.data(), imp.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dst, untouched);
+  // unknown format, NULL pointers, negative rows
+  EXPECT_EQ(nibble_quantize(1000, x.data(), 1, 256, dst.data(), nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nibble_last_error()).find("1000"), std::string::npos);
+  EXPECT_EQ(nibble_quantize(q4, nullptr, 1, 256, dst.data(), nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_quantize(q4, x.data(), -1, 256, dst.data(), nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dst, untouched);
+
+  // gemv / gemm / dequantize
+  std::vector<unsigned char> w(2 * nibble_row_bytes(q4, 256));
+  ASSERT_EQ(nibble_quantize(q4, x.data(), 2, 256, w.data(), nullptr), NIBBLE_OK);
+  std::vector<float> y(8, 7.0f);
+  EXPECT_EQ(nibble_gemv(nullptr, q4, w.data(), 2, 256, nullptr, y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gemv(nullptr, q4, w.data(), 2, 200, x.data(), y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gemm(nullptr, q4, w.data(), 2, 256, x.data(), -3, y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_dequantize(q4, w.data(), 2, 255, reinterpret_cast<float*>(dst.data())),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  // q8_K is an activation format: valid but not multipliable
+  std::vector<unsigned char> a(nibble_row_bytes(fmt("q8_K"), 256));
+  ASSERT_EQ(nibble_quantize(fmt("q8_K"), x.data(), 1, 256, a.data(), nullptr), NIBBLE_OK);
+  EXPECT_EQ(nibble_gemv(nullptr, fmt("q8_K"), a.data(), 1, 256, x.data(), y.data()),
+            NIBBLE_ERROR_UNSUPPORTED)
+      << nibble_last_error();
+  // bad contexts
+  nibble_context ctx;
+  std::memset(&ctx, 0, sizeof ctx);
+  ctx.threads = -2;
+  EXPECT_EQ(nibble_gemv(&ctx, q4, w.data(), 2, 256, x.data(), y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nibble_last_error()).find("threads"), std::string::npos);
+  ctx.threads = 0;
+  ctx.force_isa = 1;
+  ctx.isa = 1234;
+  EXPECT_EQ(nibble_gemv(&ctx, q4, w.data(), 2, 256, x.data(), y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  for (float v : y) EXPECT_EQ(v, 7.0f);
+  EXPECT_EQ(dst, untouched);
+  EXPECT_STREQ(nibble_status_name(NIBBLE_ERROR_UNSUPPORTED), "unsupported");
+}
+
+// nibble_last_error is per thread: another thread's failure does not change this thread's message.
+TEST(CApi, LastErrorIsPerThread) {
+  EXPECT_EQ(nibble_quantize(fmt("q8_0"), nullptr, 1, 32, nullptr, nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  const std::string mine = nibble_last_error();
+  ASSERT_FALSE(mine.empty());
+  std::string fresh = "unset", theirs;
+  std::thread t([&] {
+    fresh = nibble_last_error();
+    EXPECT_EQ(nibble_row_bytes(fmt("q4_K"), 17), 0u);
+    theirs = nibble_last_error();
+  });
+  t.join();
+  EXPECT_EQ(fresh, "");
+  EXPECT_NE(theirs.find("17"), std::string::npos);
+  EXPECT_EQ(mine, nibble_last_error());
+  // A success does not clear it.
+  EXPECT_GT(nibble_row_bytes(fmt("q8_0"), 32), 0u);
+  EXPECT_EQ(mine, nibble_last_error());
+}
+
+struct CountingPool {
+  std::atomic<int> calls{0};
+  static void run(void* pool, int64_t n, void (*task)(void*, int64_t), void* ctx) {
+    auto* p = static_cast<CountingPool*>(pool);
+    p->calls++;
+    std::vector<std::thread> ts;
+    for (int64_t i = 0; i < n; ++i) ts.emplace_back(task, ctx, i);
+    for (auto& t : ts) t.join();
+  }
+};
+
+// Y = X W^T layout (Y[j * rows + r]); the result matches dequantize + dot and does not depend on
+// the thread count or on the caller's pool.
+TEST(CApi, GemmLayoutAndPools) {
+  const int64_t rows = 96, cols = 1024, n = 5;
+  std::vector<float> wf(rows * cols), X(n * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) wf[i] = std::sin(0.013f * static_cast<float>(i));
+  for (int64_t i = 0; i < n * cols; ++i) X[i] = std::cos(0.021f * static_cast<float>(i));
+  for (const char* t : {"q8_0", "q4_K", "q6_K", "nf4", "f16"}) {
+    SCOPED_TRACE(t);
+    const int f = fmt(t);
+    std::vector<unsigned char> W(rows * nibble_row_bytes(f, cols));
+    ASSERT_EQ(nibble_quantize(f, wf.data(), rows, cols, W.data(), nullptr), NIBBLE_OK);
+    std::vector<float> dq(rows * cols);
+    ASSERT_EQ(nibble_dequantize(f, W.data(), rows, cols, dq.data()), NIBBLE_OK);
+
+    nibble_context serial;
+    std::memset(&serial, 0, sizeof serial);
+    serial.threads = 1;
+    std::vector<float> Y(n * rows);
+    ASSERT_EQ(nibble_gemm(&serial, f, W.data(), rows, cols, X.data(), n, Y.data()), NIBBLE_OK)
+        << nibble_last_error();
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          ref += static_cast<double>(dq[r * cols + c]) * X[j * cols + c];
+          mag += std::fabs(static_cast<double>(dq[r * cols + c]) * X[j * cols + c]);
+        }
+        ASSERT_NEAR(Y[j * rows + r], ref, 1e-2 * mag + 1e-6) << "j " << j << " r " << r;
+      }
+    // gemv of row j of X equals row j of Y within rounding.
+    std::vector<float> y(rows);
+    ASSERT_EQ(nibble_gemv(&serial, f, W.data(), rows, cols, X.data() + 2 * cols, y.data()),
+              NIBBLE_OK);
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(y[r], Y[2 * rows + r], 1e-3 + 1e-3 * std::fabs(y[r]));
+
+    // Same bits with 3 threads and with our own pool.
+    CountingPool pool;
+    nibble_context own;
+    std::memset(&own, 0, sizeof own);
+    own.threads = 3;
+    std::vector<float> Y3(n * rows), Yp(n * rows);
+    ASSERT_EQ(nibble_gemm(&own, f, W.data(), rows, cols, X.data(), n, Y3.data()), NIBBLE_OK);
+    own.parallel_for = &CountingPool::run;
+    own.pool = &pool;
+    ASSERT_EQ(nibble_gemm(&own, f, W.data(), rows, cols, X.data(), n, Yp.data()), NIBBLE_OK);
+    EXPECT_GT(pool.calls.load(), 0);
+    EXPECT_EQ(0, std::memcmp(Y.data(), Y3.data(), Y.size() * 4));
+    EXPECT_EQ(0, std::memcmp(Y.data(), Yp.data(), Y.size() * 4));
+  }
+}
+
+class CApiGguf : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(nibble_gguf_open((kData + "/capi_small.gguf").c_str(), &g_), NIBBLE_OK)
+        << nibble_last_error();
+  }
+  void TearDown() override { nibble_gguf_close(g_); }
+  nibble_gguf* g_ = nullptr;
+};
+
+TEST_F(CApiGguf, Metadata) {
+  ASSERT_EQ(nibble_gguf_metadata_count(g_), 5);
+  const char* key = nullptr;
+  ASSERT_EQ(nibble_gguf_metadata_key(g_, 0, &key), NIBBLE_OK);
+  EXPECT_STREQ(key, "general.architecture");
+  EXPECT_EQ(nibble_gguf_metadata_key(g_, 5, &key), NIBBLE_ERROR_INVALID_ARGUMENT);
+  const char* s = nullptr;
+  ASSERT_EQ(nibble_gguf_get_string(g_, "general.name", &s), NIBBLE_OK);
+  EXPECT_STREQ(s, "capi test");
+  int64_t i = 0;
+  ASSERT_EQ(nibble_gguf_get_int(g_, "nibble-test.context_length", &i), NIBBLE_OK);
+  EXPECT_EQ(i, 128);
+  double d = 0;
+  ASSERT_EQ(nibble_gguf_get_float(g_, "nibble-test.attention.layer_norm_rms_epsilon", &d),
+            NIBBLE_OK);
+  EXPECT_EQ(d, static_cast<double>(1e-5f));
+  ASSERT_EQ(nibble_gguf_get_float(g_, "nibble-test.context_length", &d), NIBBLE_OK);
+  EXPECT_EQ(d, 128.0);
+  uint64_t len = 0;
+  ASSERT_EQ(nibble_gguf_get_array_length(g_, "tokenizer.ggml.tokens", &len), NIBBLE_OK);
+  EXPECT_EQ(len, 3u);
+  ASSERT_EQ(nibble_gguf_get_array_string(g_, "tokenizer.ggml.tokens", 2, &s), NIBBLE_OK);
+  EXPECT_STREQ(s, "hello");
+  // Errors leave the outputs alone.
+  s = "keep";
+  i = -7;
+  EXPECT_EQ(nibble_gguf_get_array_string(g_, "tokenizer.ggml.tokens", 3, &s),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gguf_get_string(g_, "no.such.key", &s), NIBBLE_ERROR_NOT_FOUND);
+  EXPECT_NE(std::string(nibble_last_error()).find("no.such.key"), std::string::npos);
+  EXPECT_EQ(nibble_gguf_get_string(g_, "nibble-test.context_length", &s), NIBBLE_ERROR_TYPE);
+  EXPECT_EQ(nibble_gguf_get_int(g_, "general.name", &i), NIBBLE_ERROR_TYPE);
+  EXPECT_EQ(nibble_gguf_get_int(g_, "nibble-test.attention.layer_norm_rms_epsilon", &i),
+            NIBBLE_ERROR_TYPE);
+  EXPECT_EQ(nibble_gguf_get_float(g_, "tokenizer.ggml.tokens", &d), NIBBLE_ERROR_TYPE);
+  EXPECT_EQ(nibble_gguf_get_array_length(g_, "general.name", &len), NIBBLE_ERROR_TYPE);
+  EXPECT_EQ(nibble_gguf_get_int(nullptr, "general.name", &i), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(s, "keep");
+  EXPECT_EQ(i, -7);
+  EXPECT_EQ(len, 3u);
+}
+
+TEST_F(CApiGguf, Tensors) {
+  ASSERT_EQ(nibble_gguf_tensor_count(g_), 3);
+  int64_t idx = -1;
+  ASSERT_EQ(nibble_gguf_find_tensor(g_, "blk.0.ffn_up.weight", &idx), NIBBLE_OK);
+  EXPECT_EQ(idx, 1);
+  EXPECT_EQ(nibble_gguf_find_tensor(g_, "blk.9.ffn_up.weight", &idx), NIBBLE_ERROR_NOT_FOUND);
+  EXPECT_EQ(idx, 1);
+  nibble_gguf_tensor t;
+  ASSERT_EQ(nibble_gguf_tensor_info(g_, 1, &t), NIBBLE_OK);
+  EXPECT_STREQ(t.name, "blk.0.ffn_up.weight");
+  EXPECT_EQ(t.type, 8u);
+  EXPECT_EQ(t.format, fmt("q8_0"));
+  EXPECT_EQ(t.n_dims, 2);
+  EXPECT_EQ(t.shape[0], 4096);
+  EXPECT_EQ(t.shape[1], 4);
+  EXPECT_EQ(t.shape[2], 1);
+  EXPECT_EQ(t.cols, 4096);
+  EXPECT_EQ(t.rows, 4);
+  EXPECT_EQ(t.nbytes, 4u * nibble_row_bytes(t.format, 4096));
+  // The tensor data are the ggml golden q8_0 blocks, one case per row.
+  const char* rows[] = {"gauss_s1", "gauss_s0.02", "student_t3", "uniform_pm1"};
+  for (int r = 0; r < 4; ++r) {
+    const auto want = read_bytes(kData + "/" + rows[r] + ".q8_0.blocks");
+    EXPECT_EQ(0, std::memcmp(static_cast<const unsigned char*>(t.data) + r * want.size(),
+                             want.data(), want.size()))
+        << r;
+  }
+  ASSERT_EQ(nibble_gguf_tensor_info(g_, 2, &t), NIBBLE_OK);
+  EXPECT_EQ(t.n_dims, 1);
+  EXPECT_EQ(t.rows, 1);
+  EXPECT_EQ(t.format, fmt("f32"));
+  EXPECT_EQ(static_cast<const float*>(t.data)[10], 1.0f + 0.001f * 10);
+  t.rows = -99;
+  EXPECT_EQ(nibble_gguf_tensor_info(g_, 3, &t), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gguf_tensor_info(g_, -1, &t), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(t.rows, -99);
+}
+
+TEST(CApiGgufOpen, BadFiles) {
+  nibble_gguf* g = reinterpret_cast<nibble_gguf*>(0x1);
+  EXPECT_EQ(nibble_gguf_open("/nonexistent/dir/x.gguf", &g), NIBBLE_ERROR_IO);
+  EXPECT_NE(std::string(nibble_last_error()).find("x.gguf"), std::string::npos)
+      << nibble_last_error();
+  EXPECT_EQ(nibble_gguf_open(nullptr, &g), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(g, reinterpret_cast<nibble_gguf*>(0x1));
+  // A truncated copy: IO with a message, no handle.
+  auto bytes = read_bytes(kData + "/capi_small.gguf");
+  bytes.resize(bytes.size() / 2);
+  const std::string path = ::testing::TempDir() + "capi_truncated.gguf";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  }
+  EXPECT_EQ(nibble_gguf_open(path.c_str(), &g), NIBBLE_ERROR_IO);
+  EXPECT_FALSE(std::string(nibble_last_error()).empty());
+  EXPECT_EQ(g, reinterpret_cast<nibble_gguf*>(0x1));
+  std::remove(path.c_str());
+  nibble_gguf_close(nullptr);
+  EXPECT_EQ(nibble_gguf_tensor_count(nullptr), 0);
+}
+
+}  // namespace
