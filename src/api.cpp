@@ -85,11 +85,17 @@ void quantize_row(Format f, const float* x, std::int64_t cols, void* out, const 
     case Format::bf16:
       ref::quantize_bf16(x, static_cast<bf16_t*>(out), cols);
       return;
+    case Format::iq4_nl:
+      ref::quantize_iq4_nl(x, static_cast<BlockIQ4_NL*>(out), cols, qw);
+      return;
+    case Format::iq4_xs:
+      ref::quantize_iq4_xs(x, static_cast<BlockIQ4_XS*>(out), cols, qw);
+      return;
+    case Format::mxfp4:
+      ref::quantize_mxfp4(x, static_cast<BlockMXFP4*>(out), cols);
+      return;
     case Format::q2_K:
     case Format::q3_K:
-    case Format::iq4_nl:
-    case Format::iq4_xs:
-    case Format::mxfp4:
       break;
   }
   detail::fail("quantize: format ", traits(f).name, " is not implemented yet");
@@ -145,11 +151,17 @@ void dequantize_row(Format f, const void* in, std::int64_t cols, float* y) {
     case Format::bf16:
       ref::dequantize_bf16(static_cast<const bf16_t*>(in), y, cols);
       return;
+    case Format::iq4_nl:
+      ref::dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(in), y, cols);
+      return;
+    case Format::iq4_xs:
+      ref::dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(in), y, cols);
+      return;
+    case Format::mxfp4:
+      ref::dequantize_mxfp4(static_cast<const BlockMXFP4*>(in), y, cols);
+      return;
     case Format::q2_K:
     case Format::q3_K:
-    case Format::iq4_nl:
-    case Format::iq4_xs:
-    case Format::mxfp4:
       break;
   }
   detail::fail("dequantize: format ", traits(f).name, " is not implemented yet");

@@ -1,4 +1,5 @@
-// Golden tests for the ggml legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_1) and bf16 against
+// Golden tests for the ggml legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_1), IQ4_NL, IQ4_XS,
+// MXFP4 and bf16 against
 // ggml's outputs in tests/data/legacy (tests/data/MANIFEST.md, "Legacy formats"): reference and
 // importance-weighted quantization byte-identical, dequantization bit-identical, through the
 // scalar reference codecs and the public API on every runnable ISA.
@@ -125,15 +126,42 @@ TEST_P(GoldenLegacy, QuantizeDequantizeMatchGgml) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GoldenLegacy,
-                         ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(Format::q4_0, Format::q4_1,
-                                                              Format::q5_0, Format::q5_1,
-                                                              Format::q8_1, Format::bf16)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + "_" +
-                                  nibble::traits(std::get<1>(info.param)).name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, GoldenLegacy,
+    ::testing::Combine(::testing::ValuesIn(kCases),
+                       ::testing::Values(Format::q4_0, Format::q4_1, Format::q5_0, Format::q5_1,
+                                         Format::q8_1, Format::bf16, Format::iq4_nl, Format::iq4_xs,
+                                         Format::mxfp4)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param)) + "_" +
+             nibble::traits(std::get<1>(info.param)).name;
+    });
+
+// ggml's quantize_row_iq4_nl_ref (single candidate scale): nibble::ref::quantize_iq4_nl_ref.
+// Blocks whose 32 inputs are all zero are skipped: ggml leaves their indices uninitialised
+// (d = 0, so they decode to +-0) before the first non-zero block of a row.
+TEST(GoldenLegacyRef, Iq4NlReferenceQuantizer) {
+  for (const char* c : kCases) {
+    const std::string name = c;
+    const auto x = read_f32(name + ".input.f32");
+    const auto want = read_file(name + ".iq4_nl.ref.blocks");
+    const auto want_y = read_f32(name + ".iq4_nl.ref.dequant.f32");
+    ASSERT_EQ(want.size(), kN / 32 * sizeof(nibble::BlockIQ4_NL));
+    std::vector<nibble::BlockIQ4_NL> got(kN / 32);
+    nibble::ref::quantize_iq4_nl_ref(x.data(), got.data(), kN);
+    std::vector<float> y(kN);
+    nibble::ref::dequantize_iq4_nl(reinterpret_cast<const nibble::BlockIQ4_NL*>(want.data()),
+                                   y.data(), kN);
+    for (std::int64_t b = 0; b < kN / 32; ++b) {
+      bool zero = true;
+      for (int j = 0; j < 32; ++j) zero = zero && x[32 * b + j] == 0.0f;
+      if (zero) continue;
+      EXPECT_EQ(std::memcmp(&got[b], want.data() + 18 * b, 18), 0) << name << " block " << b;
+      EXPECT_EQ(std::memcmp(y.data() + 32 * b, want_y.data() + 32 * b, 128), 0)
+          << name << " dequant block " << b;
+    }
+  }
+}
 
 // Bad input to the reference codecs: missing importance weights, partial blocks.
 TEST(GoldenLegacyRef, ImportanceNeedsWeights) {

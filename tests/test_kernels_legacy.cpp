@@ -1,5 +1,5 @@
-// Kernels of the ggml legacy formats (q4_0, q4_1, q5_0, q5_1, q8_1) and bf16 on every runnable
-// ISA table variant (KernelTest fixture of kernel_test_util.hpp):
+// Kernels of the ggml formats q4_0, q4_1, q5_0, q5_1, q8_1, iq4_nl, iq4_xs, mxfp4 and bf16 on every
+// runnable ISA table variant (KernelTest fixture of kernel_test_util.hpp):
 //  - dequantizers bit-identical to the scalar reference codecs (nibble/formats/*.hpp, themselves
 //    checked against ggml in test_golden_legacy.cpp);
 //  - GEMM/GEMV against Eigen in double on the dequantized weights and the fp32 activations,
@@ -21,10 +21,9 @@ using nibble::test::KernelTest;
 namespace nt = nibble::test;
 
 constexpr double kRtol = 1e-5;
-const Format kFormats[] = {Format::q4_0, Format::q4_1, Format::q5_0,
-                           Format::q5_1, Format::q8_1, Format::bf16};
-const Format kUnimplemented[] = {Format::q2_K, Format::q3_K, Format::iq4_nl, Format::iq4_xs,
-                                 Format::mxfp4};
+const Format kFormats[] = {Format::q4_0, Format::q4_1,   Format::q5_0,   Format::q5_1, Format::q8_1,
+                           Format::bf16, Format::iq4_nl, Format::iq4_xs, Format::mxfp4};
+const Format kUnimplemented[] = {Format::q2_K, Format::q3_K};
 
 std::vector<std::uint8_t> ref_quantize(Format f, const std::vector<float>& w, std::int64_t rows,
                                        std::int64_t cols) {
@@ -45,6 +44,8 @@ struct Shape {
 };
 
 std::vector<Shape> shapes_for(Format f) {
+  if (f == Format::iq4_xs)
+    return {{1, 256, 1}, {3, 256, 2}, {17, 512, 3}, {16, 256, 64}, {256, 4096, 1}, {40, 1024, 9}};
   std::vector<Shape> s = {{1, 32, 1},   {3, 32, 2},     {17, 128, 3},  {33, 256, 7},
                           {16, 64, 64}, {256, 4096, 1}, {40, 1024, 9}, {5, 96, 3}};
   if (f == Format::bf16) {
@@ -60,7 +61,7 @@ TEST_P(LegacyKernels, DequantMatchesReference) {
   for (Format f : kFormats) {
     const auto& k = nt::fmt_kernels(table(), f);
     ASSERT_NE(k.dequant, nullptr) << nibble::traits(f).name;
-    for (std::int64_t cols : {std::int64_t{64}, std::int64_t{4096}}) {
+    for (std::int64_t cols : {std::int64_t{256}, std::int64_t{4096}}) {
       const std::int64_t rows = 3;
       std::vector<float> w = nt::random_normal(static_cast<std::size_t>(rows * cols), 21, 0.05f);
       w[5] = 0.0f;
@@ -115,7 +116,7 @@ TEST_P(LegacyKernels, GemmMatchesEigen) {
 // The public entry points with this variant's Isa (threads 1 and 3).
 TEST_P(LegacyKernels, PublicGemvGemm) {
   for (Format f : kFormats) {
-    const std::int64_t rows = 37, cols = 512, n = 5;
+    const std::int64_t rows = 37, cols = 512, n = 5;  // a multiple of every block size
     const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols), 5, 0.1f);
     const auto x = nt::random_normal(static_cast<std::size_t>(n * cols), 6);
     const auto q = ref_quantize(f, w, rows, cols);
@@ -149,19 +150,21 @@ TEST_P(LegacyKernels, BadInputThrows) {
     EXPECT_THROW(nibble::quantize(ctx, f, x.data(), 1, 33, q.data()), nibble::Error);
     EXPECT_THROW(nibble::dequantize(ctx, f, q.data(), 1, 48, y.data()), nibble::Error);
     EXPECT_THROW(nibble::gemv(ctx, f, q.data(), 2, 40, x.data(), y.data()), nibble::Error);
+    EXPECT_THROW(nibble::gemv(ctx, f, q.data(), -1, 64, x.data(), y.data()), nibble::Error);
     EXPECT_THROW((void)nibble::row_bytes(f, 31), nibble::Error);
   }
   for (Format f : kFormats) {
     // NaN / Inf inputs, null pointers, negative importance
-    std::vector<float> bad(64, 0.5f);
+    std::vector<float> bad(256, 0.5f), xx(256, 1.0f), yy(256);
     bad[17] = std::nanf("");
-    EXPECT_THROW(nibble::quantize(ctx, f, bad.data(), 1, 64, q.data()), nibble::Error);
+    EXPECT_THROW(nibble::quantize(ctx, f, bad.data(), 1, 256, q.data()), nibble::Error);
     bad[17] = INFINITY;
-    EXPECT_THROW(nibble::gemv(ctx, f, q.data(), 1, 64, bad.data(), y.data()), nibble::Error);
-    EXPECT_THROW(nibble::quantize(ctx, f, x.data(), 1, 64, nullptr), nibble::Error);
-    std::vector<float> imp(64, 1.0f);
+    EXPECT_THROW(nibble::gemv(ctx, f, q.data(), 1, 256, bad.data(), yy.data()), nibble::Error);
+    EXPECT_THROW(nibble::quantize(ctx, f, xx.data(), 1, 256, nullptr), nibble::Error);
+    EXPECT_THROW(nibble::gemv(ctx, f, nullptr, 1, 256, xx.data(), yy.data()), nibble::Error);
+    std::vector<float> imp(256, 1.0f);
     imp[3] = -1.0f;
-    EXPECT_THROW(nibble::quantize(ctx, f, x.data(), 1, 64, q.data(), imp.data()), nibble::Error);
+    EXPECT_THROW(nibble::quantize(ctx, f, xx.data(), 1, 256, q.data(), imp.data()), nibble::Error);
   }
   for (Format f : kUnimplemented) {
     const std::int64_t cols = nibble::traits(f).block_elems;

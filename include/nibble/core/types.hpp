@@ -8,9 +8,9 @@ namespace nibble {
 
 /// Storage formats. f32/f16 are plain rows; q* are GGUF/ggml block formats; nf4/fp4 are
 /// bitsandbytes 4-bit (blocksize 64, fp32 absmax per block, see nibble/formats/nf4.hpp).
-/// The ggml legacy formats q4_0..q5_1, q8_1 (the activation format ggml pairs with q4_1/q5_1)
-/// and bf16 follow; q2_K, q3_K, iq4_nl, iq4_xs and mxfp4 are enumerated with their GGUF traits
-/// but not implemented yet (format_implemented() is false; quantize/dequantize/gemm throw
+/// The ggml formats q4_0..q5_1, iq4_nl, iq4_xs, mxfp4, bf16 and q8_1 (the activation format
+/// ggml pairs with q4_1/q5_1) follow; q2_K and q3_K are enumerated with their GGUF traits but
+/// not implemented yet (format_implemented() is false; quantize/dequantize/gemm throw
 /// nibble::Error "not implemented"). New values are appended (the integer values are ABI).
 enum class Format {
   f32,
@@ -109,9 +109,6 @@ constexpr bool format_implemented(Format f) {
   switch (f) {
     case Format::q2_K:
     case Format::q3_K:
-    case Format::iq4_nl:
-    case Format::iq4_xs:
-    case Format::mxfp4:
       return false;
     default:
       return true;
@@ -122,7 +119,8 @@ constexpr bool format_implemented(Format f) {
 /// other formats ignore them.
 constexpr bool has_importance_quantizer(Format f) {
   return f == Format::q4_K || f == Format::q5_K || f == Format::q6_K || f == Format::q4_0 ||
-         f == Format::q4_1 || f == Format::q5_0 || f == Format::q5_1;
+         f == Format::q4_1 || f == Format::q5_0 || f == Format::q5_1 || f == Format::iq4_nl ||
+         f == Format::iq4_xs;
 }
 
 /// Name of an ISA ("scalar", "avx2", "avxvnni", "avx512", "neon").
