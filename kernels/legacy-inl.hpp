@@ -1,5 +1,5 @@
 // nibble: kernels of the ggml legacy block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_1), the
-// non-linear IQ4_NL / IQ4_XS, MXFP4 and bf16.
+// non-linear IQ4_NL / IQ4_XS, MXFP4, the low-bit K-quants Q2_K / Q3_K and bf16.
 //
 // For now these formats run on fp32 activations through the float-activation GEMM of
 // f32-inl.hpp: each step decodes one 32-value block of a weight row with the scalar reference
@@ -15,6 +15,8 @@
 #include "nibble/formats/bf16.hpp"
 #include "nibble/formats/iq4_nl.hpp"
 #include "nibble/formats/mxfp4.hpp"
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
 #include "nibble/formats/q4_0.hpp"
 #include "nibble/formats/q4_1.hpp"
 #include "nibble/formats/q5_0.hpp"
@@ -70,6 +72,40 @@ struct LegacyCodec<Format::iq4_xs> {
 };
 
 template <>
+struct LegacyCodec<Format::q2_K> {
+  // 32 values of a 256-value block, in dequantize_q2_K's float order.
+  static void decode32(const std::uint8_t* row, std::int64_t k, float* out) {
+    BlockQ2_K b;
+    std::memcpy(&b, row + static_cast<std::size_t>(k / 256) * sizeof b, sizeof b);
+    const int v0 = static_cast<int>(k % 256);
+    const float d = fp16_to_fp32(b.d), mn = fp16_to_fp32(b.dmin);
+    for (int t = 0; t < 32; ++t) {
+      const int v = v0 + t;
+      const std::uint8_t sc = b.scales[v / 16];
+      const float dl = d * static_cast<float>(sc & 0xF);
+      const float ml = mn * static_cast<float>(sc >> 4);
+      out[t] = dl * static_cast<float>(ref::kq_low::level_2bit(b.qs, v)) - ml;
+    }
+  }
+};
+
+template <>
+struct LegacyCodec<Format::q3_K> {
+  static void decode32(const std::uint8_t* row, std::int64_t k, float* out) {
+    BlockQ3_K b;
+    std::memcpy(&b, row + static_cast<std::size_t>(k / 256) * sizeof b, sizeof b);
+    const int v0 = static_cast<int>(k % 256);
+    const float d_all = fp16_to_fp32(b.d);
+    for (int t = 0; t < 32; ++t) {
+      const int v = v0 + t;
+      const float dl = d_all * static_cast<float>(ref::q3k::scale6(b.scales, v / 16) - 32);
+      const int hi = (b.hmask[v % 32] >> (v / 32)) & 1;
+      out[t] = dl * static_cast<float>(ref::kq_low::level_2bit(b.qs, v) - (hi ? 0 : 4));
+    }
+  }
+};
+
+template <>
 struct LegacyCodec<Format::bf16> {
   static void decode32(const std::uint8_t* row, std::int64_t k, float* out) {
     for (int j = 0; j < 32; ++j) {
@@ -95,7 +131,7 @@ float legacy_value(const std::uint8_t* row, std::int64_t k) {
   }
 }
 
-/// Bytes of the first k values of a row (k a multiple of 32, or of 256 for iq4_xs).
+/// Bytes of the first k values of a row (k a multiple of the block size).
 template <Format F>
 constexpr std::size_t legacy_bytes(std::int64_t k) {
   return static_cast<std::size_t>(k / traits(F).block_elems) * traits(F).block_bytes;
@@ -176,6 +212,8 @@ void register_legacy(KernelTable& t) {
   register_legacy_one<Tag, Format::iq4_nl>(t);
   register_legacy_one<Tag, Format::iq4_xs>(t);
   register_legacy_one<Tag, Format::mxfp4>(t);
+  register_legacy_one<Tag, Format::q2_K>(t);
+  register_legacy_one<Tag, Format::q3_K>(t);
 }
 
 }  // namespace

@@ -95,8 +95,11 @@ void quantize_row(Format f, const float* x, std::int64_t cols, void* out, const 
       ref::quantize_mxfp4(x, static_cast<BlockMXFP4*>(out), cols);
       return;
     case Format::q2_K:
+      ref::quantize_q2_K(x, static_cast<BlockQ2_K*>(out), cols);
+      return;
     case Format::q3_K:
-      break;
+      ref::quantize_q3_K(x, static_cast<BlockQ3_K*>(out), cols);
+      return;
   }
   detail::fail("quantize: format ", traits(f).name, " is not implemented yet");
 }
@@ -161,8 +164,11 @@ void dequantize_row(Format f, const void* in, std::int64_t cols, float* y) {
       ref::dequantize_mxfp4(static_cast<const BlockMXFP4*>(in), y, cols);
       return;
     case Format::q2_K:
+      ref::dequantize_q2_K(static_cast<const BlockQ2_K*>(in), y, cols);
+      return;
     case Format::q3_K:
-      break;
+      ref::dequantize_q3_K(static_cast<const BlockQ3_K*>(in), y, cols);
+      return;
   }
   detail::fail("dequantize: format ", traits(f).name, " is not implemented yet");
 }

@@ -1,5 +1,5 @@
 // Golden tests for the ggml legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_1), IQ4_NL, IQ4_XS,
-// MXFP4 and bf16 against
+// MXFP4, Q2_K, Q3_K and bf16 against
 // ggml's outputs in tests/data/legacy (tests/data/MANIFEST.md, "Legacy formats"): reference and
 // importance-weighted quantization byte-identical, dequantization bit-identical, through the
 // scalar reference codecs and the public API on every runnable ISA.
@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kCases),
                        ::testing::Values(Format::q4_0, Format::q4_1, Format::q5_0, Format::q5_1,
                                          Format::q8_1, Format::bf16, Format::iq4_nl, Format::iq4_xs,
-                                         Format::mxfp4)),
+                                         Format::mxfp4, Format::q2_K, Format::q3_K)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param)) + "_" +
              nibble::traits(std::get<1>(info.param)).name;

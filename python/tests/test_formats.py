@@ -106,19 +106,20 @@ def test_shape_argument_forms():
 
 
 LEGACY_CASES = ["zeros", "single", "huge", "tiny", "ties", "negonly", "outlier", "gauss", "mixed"]
-LEGACY_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "mxfp4", "bf16", "q8_1"]
+LEGACY_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "mxfp4", "bf16", "q8_1",
+                  "q2_K", "q3_K"]
 
 
 def test_legacy_format_table():
     # ggml-common.h block sizes and ggml.h type ids (tests/data/MANIFEST.md, "Legacy formats").
     expect = {"q4_0": (32, 18, 2), "q4_1": (32, 20, 3), "q5_0": (32, 22, 6), "q5_1": (32, 24, 7),
               "iq4_nl": (32, 18, 20), "iq4_xs": (256, 136, 23), "mxfp4": (32, 17, 39),
-              "bf16": (1, 2, 30), "q8_1": (32, 36, 9)}
+              "bf16": (1, 2, 30), "q8_1": (32, 36, 9), "q2_K": (256, 84, 10),
+              "q3_K": (256, 110, 11)}
     for name, (elems, nbytes, gid) in expect.items():
         assert name in nibble.formats()
         info = nibble.format_info(name)
         assert (info["block_elems"], info["block_bytes"], info["gguf_type"]) == (elems, nbytes, gid)
-    assert "q2_K" not in nibble.formats()  # enumerated in C++ but not implemented yet
 
 
 @pytest.mark.parametrize("case", LEGACY_CASES)

@@ -49,7 +49,7 @@ void report_usage(std::FILE* out) {
       "  --threads T     worker threads, 0 = all (default 0)\n"
       "  --isa NAME      force scalar|avx2|avx512|neon (default: best available)\n"
       "  --formats LIST  comma-separated formats (default f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4;\n"
-      "                  also q4_0,q4_1,q5_0,q5_1,iq4_nl,iq4_xs,mxfp4,bf16,q8_1)\n"
+      "                  also q4_0,q4_1,q5_0,q5_1,q2_K,q3_K,iq4_nl,iq4_xs,mxfp4,bf16,q8_1)\n"
       "  --no-calib      skip the calibration table (GPTQ, AWQ, SmoothQuant, imatrix)\n"
       "  --calib-layer OUTxIN  shape of the calibration layer (default 512x1024;\n"
       "                  IN a multiple of 256)\n"

@@ -8,10 +8,9 @@ namespace nibble {
 
 /// Storage formats. f32/f16 are plain rows; q* are GGUF/ggml block formats; nf4/fp4 are
 /// bitsandbytes 4-bit (blocksize 64, fp32 absmax per block, see nibble/formats/nf4.hpp).
-/// The ggml formats q4_0..q5_1, iq4_nl, iq4_xs, mxfp4, bf16 and q8_1 (the activation format
-/// ggml pairs with q4_1/q5_1) follow; q2_K and q3_K are enumerated with their GGUF traits but
-/// not implemented yet (format_implemented() is false; quantize/dequantize/gemm throw
-/// nibble::Error "not implemented"). New values are appended (the integer values are ABI).
+/// The ggml formats q4_0..q5_1, q2_K, q3_K, iq4_nl, iq4_xs, mxfp4, bf16 and q8_1 (the
+/// activation format ggml pairs with q4_1/q5_1) follow. New values are appended (the integer
+/// values are ABI).
 enum class Format {
   f32,
   f16,
@@ -103,16 +102,11 @@ constexpr FormatTraits traits(Format f) {
   return {"?", 1, 0, -1, Format::f32};
 }
 
-/// True when nibble has a codec for `f`. The others are enumerated with their GGUF traits only;
-/// quantize / dequantize / gemv / gemm on them throw nibble::Error ("... not implemented").
+/// True when nibble has a codec for `f` (every enumerator today). A format added with its GGUF
+/// traits only returns false here; quantize / dequantize / gemv / gemm on it throw
+/// nibble::Error ("... not implemented").
 constexpr bool format_implemented(Format f) {
-  switch (f) {
-    case Format::q2_K:
-    case Format::q3_K:
-      return false;
-    default:
-      return true;
-  }
+  return static_cast<int>(f) >= 0 && static_cast<int>(f) <= static_cast<int>(kLastFormat);
 }
 
 /// True when quantize() uses the importance weights for `f` (ggml's quant_weights path); the
