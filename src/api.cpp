@@ -95,10 +95,16 @@ void quantize_row(Format f, const float* x, std::int64_t cols, void* out, const 
       ref::quantize_mxfp4(x, static_cast<BlockMXFP4*>(out), cols);
       return;
     case Format::q2_K:
-      ref::quantize_q2_K(x, static_cast<BlockQ2_K*>(out), cols);
+      if (qw)
+        ref::quantize_q2_K_imatrix(x, static_cast<BlockQ2_K*>(out), cols, qw);
+      else
+        ref::quantize_q2_K(x, static_cast<BlockQ2_K*>(out), cols);
       return;
     case Format::q3_K:
-      ref::quantize_q3_K(x, static_cast<BlockQ3_K*>(out), cols);
+      if (qw)
+        ref::quantize_q3_K_imatrix(x, static_cast<BlockQ3_K*>(out), cols, qw);
+      else
+        ref::quantize_q3_K(x, static_cast<BlockQ3_K*>(out), cols);
       return;
   }
   detail::fail("quantize: format ", traits(f).name, " is not implemented yet");

@@ -49,9 +49,9 @@ std::size_t row_bytes(Format f, std::int64_t cols);
 
 /// Quantizes a row-major rows x cols fp32 matrix into `dst` (rows * row_bytes(f, cols) bytes).
 /// `importance` (cols non-negative finite weights, or nullptr) selects the importance-weighted
-/// (imatrix) quantizers for q4_K/q5_K/q6_K/q4_0/q4_1/q5_0/q5_1/iq4_nl/iq4_xs
+/// (imatrix) quantizers for q2_K..q6_K/q4_0/q4_1/q5_0/q5_1/iq4_nl/iq4_xs
 /// (has_importance_quantizer) and
-/// is ignored by the other formats (q2_K/q3_K: ggml's weighted variants are not ported). Formats
+/// is ignored by the other formats. Formats
 /// with format_implemented(f) false throw. The output is byte-identical to what ggml_quantize_chunk
 /// stores (ggml's reference quantizers; for iq4_nl ggml's quantize_iq4_nl, whose 15-candidate
 /// search differs from quantize_row_iq4_nl_ref, which is nibble::ref::quantize_iq4_nl_ref) and

@@ -114,7 +114,7 @@ constexpr bool format_implemented(Format f) {
 constexpr bool has_importance_quantizer(Format f) {
   return f == Format::q4_K || f == Format::q5_K || f == Format::q6_K || f == Format::q4_0 ||
          f == Format::q4_1 || f == Format::q5_0 || f == Format::q5_1 || f == Format::iq4_nl ||
-         f == Format::iq4_xs;
+         f == Format::iq4_xs || f == Format::q2_K || f == Format::q3_K;
 }
 
 /// Name of an ISA ("scalar", "avx2", "avxvnni", "avx512", "neon").

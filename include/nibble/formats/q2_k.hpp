@@ -1,8 +1,8 @@
 // nibble: GGUF Q2_K (256 values, 84 bytes): 16 sub-blocks of 16 values with 4-bit scales and
 // 4-bit mins, fp16 super-scales d and dmin, 2-bit quants. Scalar reference codec bit-identical
 // to ggml's quantize_row_q2_K_ref (also ggml_quantize_chunk without quant_weights) and
-// dequantize_row_q2_K. ggml's importance-weighted Q2_K variant is not implemented: nibble's
-// quantize() ignores importance weights for this format.
+// dequantize_row_q2_K, and the importance-weighted variant (ggml quantize_q2_K with
+// quant_weights, quantize_row_q2_K_impl).
 #pragma once
 
 #include "nibble/core/config.hpp"
@@ -11,6 +11,7 @@
 
 #include "nibble/core/fp16.hpp"
 #include "nibble/formats/kquant_common.hpp"
+#include "nibble/formats/legacy_common.hpp"
 
 namespace nibble {
 
@@ -80,6 +81,49 @@ NIBBLE_INLINE void quantize_q2_K(const float* x, BlockQ2_K* y, std::int64_t n) {
       const float dm = fp16_to_fp32(o.dmin) * static_cast<float>(o.scales[j] >> 4);
       for (int i = 0; i < 16; ++i) {
         int l = nearest_int((x[16 * j + i] + dm) / d);
+        l = l < 0 ? 0 : (l > 3 ? 3 : l);
+        L[16 * j + i] = static_cast<std::uint8_t>(l);
+      }
+    }
+    kq_low::pack_2bit(L, o.qs);
+  }
+}
+
+/// Importance-weighted Q2_K quantizer of one row of `n` values (ggml quantize_q2_K(x, y, 1, n,
+/// qw)): per super-block weights qw * sqrt(sigma^2 + x^2) (sigma^2 = mean square of the 256
+/// values), the 37-candidate weighted scale/min search per sub-block of 16 (levels 0..3), the
+/// 4-bit scales and mins chosen by the weighted positive-scale search (sub-block weight sums),
+/// then every value re-rounded on the fp16 grid.
+NIBBLE_INLINE void quantize_q2_K_imatrix(const float* x, BlockQ2_K* y, std::int64_t n,
+                                         const float* qw) {
+  detail::check_row("quantize_q2_K_imatrix", n, 256);
+  legacy::check_weights("quantize_q2_K_imatrix", qw, n);
+  for (std::int64_t b = 0; b < n / 256; ++b, x += 256) {
+    std::uint8_t L[256], Laux[16], Ls[16], Lm[16];
+    float mins[16], scales[16], sw[16], weight[16];
+    float sumx2 = 0;
+    for (int j = 0; j < 256; ++j) sumx2 += x[j] * x[j];
+    const float sigma2 = sumx2 / 256;
+    for (int j = 0; j < 16; ++j) {
+      const float* w = qw + 256 * b + 16 * j;
+      for (int l = 0; l < 16; ++l)
+        weight[l] = w[l] * std::sqrt(sigma2 + x[16 * j + l] * x[16 * j + l]);
+      sw[j] = 0;
+      for (int l = 0; l < 16; ++l) sw[j] += weight[l];
+      scales[j] = search_scale_min(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux, -0.9f,
+                                   0.05f, 36, false);
+    }
+    BlockQ2_K& o = y[b];
+    o.d = fp32_to_fp16(search_positive_scale(16, 15, scales, Ls, sw));
+    o.dmin = fp32_to_fp16(search_positive_scale(16, 15, mins, Lm, sw));
+    const float dm = fp16_to_fp32(o.d), mm = fp16_to_fp32(o.dmin);
+    for (int j = 0; j < 16; ++j) o.scales[j] = static_cast<std::uint8_t>(Ls[j] | (Lm[j] << 4));
+    for (int j = 0; j < 16; ++j) {
+      const float d = dm * static_cast<float>(o.scales[j] & 0xF);
+      if (!d) continue;
+      const float m = mm * static_cast<float>(o.scales[j] >> 4);
+      for (int i = 0; i < 16; ++i) {
+        int l = nearest_int((x[16 * j + i] + m) / d);
         l = l < 0 ? 0 : (l > 3 ? 3 : l);
         L[16 * j + i] = static_cast<std::uint8_t>(l);
       }

@@ -1,8 +1,8 @@
 // nibble: GGUF Q3_K (256 values, 110 bytes): 16 sub-blocks of 16 values with signed 6-bit
 // scales, one fp16 super-scale d, 3-bit quants (2 low bits in qs, the high bit in hmask).
 // Scalar reference codec bit-identical to ggml's quantize_row_q3_K_ref (also
-// ggml_quantize_chunk without quant_weights) and dequantize_row_q3_K. ggml's importance-weighted
-// Q3_K variant is not implemented: nibble's quantize() ignores importance weights for it.
+// ggml_quantize_chunk without quant_weights), dequantize_row_q3_K and the importance-weighted
+// variant (ggml quantize_q3_K with quant_weights, quantize_row_q3_K_impl).
 #pragma once
 
 #include "nibble/core/config.hpp"
@@ -11,6 +11,7 @@
 
 #include "nibble/core/fp16.hpp"
 #include "nibble/formats/kquant_common.hpp"
+#include "nibble/formats/legacy_common.hpp"
 #include "nibble/formats/q2_k.hpp"
 
 namespace nibble {
@@ -91,6 +92,32 @@ NIBBLE_INLINE float search_q3(const float* x, std::int8_t* L) {
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
+/// Re-rounds the levels L (level + 4) of one block on its final fp16 grid (sub-blocks whose
+/// scale is 0 keep the search levels) and packs them into hmask / qs.
+NIBBLE_INLINE void finish(const float* x, std::int8_t* L, BlockQ3_K& o) {
+  for (int j = 0; j < 16; ++j) {
+    const int sc = q3k::scale6(o.scales, j) - 32;
+    const float d = fp16_to_fp32(o.d) * static_cast<float>(sc);
+    if (!d) continue;
+    for (int i = 0; i < 16; ++i) {
+      int l = nearest_int(x[16 * j + i] / d);
+      l = l < -4 ? -4 : (l > 3 ? 3 : l);
+      L[16 * j + i] = static_cast<std::int8_t>(l + 4);
+    }
+  }
+  for (int k = 0; k < 32; ++k) o.hmask[k] = 0;
+  std::uint8_t U[256];
+  for (int v = 0; v < 256; ++v) {
+    int l = L[v];
+    if (l > 3) {
+      o.hmask[v % 32] = static_cast<std::uint8_t>(o.hmask[v % 32] | (1u << (v / 32)));
+      l -= 4;
+    }
+    U[v] = static_cast<std::uint8_t>(l);
+  }
+  kq_low::pack_2bit(U, o.qs);
+}
+
 }  // namespace q3k
 
 /// Reference Q3_K quantizer (ggml quantize_row_q3_K_ref): per sub-block of 16 the x^2-weighted
@@ -128,27 +155,50 @@ NIBBLE_INLINE void quantize_q3_K(const float* x, BlockQ3_K* y, std::int64_t n) {
     } else {
       o.d = fp32_to_fp16(0.f);
     }
+    q3k::finish(x, L, o);
+  }
+}
+
+/// Importance-weighted Q3_K quantizer of one row of `n` values (ggml quantize_q3_K(x, y, 1, n,
+/// qw)): weights qw * sqrt(2 * mean(x^2) + x^2) per super-block, the weighted symmetric search
+/// (levels -4..3, 19 candidates) per sub-block of 16, the 16 sub-block scales quantized to
+/// 6 bits by the same search (levels -32..31, weights = sub-block weight sums), values
+/// re-rounded on the fp16 grid.
+NIBBLE_INLINE void quantize_q3_K_imatrix(const float* x, BlockQ3_K* y, std::int64_t n,
+                                         const float* qw) {
+  detail::check_row("quantize_q3_K_imatrix", n, 256);
+  legacy::check_weights("quantize_q3_K_imatrix", qw, n);
+  for (std::int64_t b = 0; b < n / 256; ++b, x += 256) {
+    std::uint8_t Lu[256], Ls[16];
+    std::int8_t L[256];
+    float scales[16], weight[16], sw[16];
+    float sumx2 = 0;
+    for (int j = 0; j < 256; ++j) sumx2 += x[j] * x[j];
+    const float sigma2 = 2 * sumx2 / 256;
     for (int j = 0; j < 16; ++j) {
-      const int sc = q3k::scale6(o.scales, j) - 32;
-      const float d = fp16_to_fp32(o.d) * static_cast<float>(sc);
-      if (!d) continue;
-      for (int i = 0; i < 16; ++i) {
-        int l = nearest_int(x[16 * j + i] / d);
-        l = l < -4 ? -4 : (l > 3 ? 3 : l);
-        L[16 * j + i] = static_cast<std::int8_t>(l + 4);
-      }
+      const float* w = qw + 256 * b + 16 * j;
+      for (int l = 0; l < 16; ++l)
+        weight[l] = w[l] * std::sqrt(sigma2 + x[16 * j + l] * x[16 * j + l]);
+      float sumw = 0;
+      for (int l = 0; l < 16; ++l) sumw += weight[l];
+      sw[j] = sumw;
+      scales[j] = legacy::search_symmetric_scale(16, 4, x + 16 * j, Lu + 16 * j, weight);
     }
-    for (int k = 0; k < 32; ++k) o.hmask[k] = 0;
-    std::uint8_t U[256];
-    for (int v = 0; v < 256; ++v) {
-      int l = L[v];
-      if (l > 3) {
-        o.hmask[v % 32] = static_cast<std::uint8_t>(o.hmask[v % 32] | (1u << (v / 32)));
-        l -= 4;
-      }
-      U[v] = static_cast<std::uint8_t>(l);
+    for (int i = 0; i < 256; ++i) L[i] = static_cast<std::int8_t>(Lu[i]);
+    BlockQ3_K& o = y[b];
+    for (int k = 0; k < 12; ++k) o.scales[k] = 0;
+    const float d_block = legacy::search_symmetric_scale(16, 32, scales, Ls, sw);
+    for (int j = 0; j < 16; ++j) {
+      int l = Ls[j];
+      if (j < 8)
+        o.scales[j] = static_cast<std::uint8_t>(l & 0xF);
+      else
+        o.scales[j - 8] = static_cast<std::uint8_t>(o.scales[j - 8] | ((l & 0xF) << 4));
+      l >>= 4;
+      o.scales[j % 4 + 8] = static_cast<std::uint8_t>(o.scales[j % 4 + 8] | (l << (2 * (j / 4))));
     }
-    kq_low::pack_2bit(U, o.qs);
+    o.d = fp32_to_fp16(d_block);
+    q3k::finish(x, L, o);
   }
 }
 
