@@ -36,7 +36,7 @@ native() {
   (cd build && ctest --output-on-failure --no-tests=error -j"$jobs")
 }
 # Kernel, dispatch, API, quantizer and golden tests on emulated CPUs (smaller random sweeps).
-emu_tests="test_dispatch test_api test_capi test_kernels_basic test_kernels_kquant test_w8a8 test_quantizers_simd"
+emu_tests="test_dispatch test_api test_capi test_kernels_basic test_kernels_kquant test_kernels_legacy test_w8a8 test_quantizers_simd"
 emulated_x86() {
   TESTS="$emu_tests" NIBBLE_QZ_SUPERBLOCKS=256 bash tests/cross/run_x86_emulated.sh build
 }
@@ -48,7 +48,7 @@ sanitizers() {
     ctest --output-on-failure --no-tests=error -j"$jobs")
 }
 neon() {
-  TESTS="$emu_tests test_golden_q8_q4_q5 test_golden_q6k" NIBBLE_QZ_SUPERBLOCKS=256 \
+  TESTS="$emu_tests test_golden_q8_q4_q5 test_golden_q6k test_golden_legacy" NIBBLE_QZ_SUPERBLOCKS=256 \
     bash tests/cross/run_neon.sh build-aarch64
 }
 fuzz() { bash tests/fuzz/run.sh build-fuzz 20; }

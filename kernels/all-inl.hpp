@@ -5,6 +5,7 @@
 #include "nibble/kernels/act-inl.hpp"
 #include "nibble/kernels/f16-inl.hpp"
 #include "nibble/kernels/f32-inl.hpp"
+#include "nibble/kernels/legacy-inl.hpp"
 #include "nibble/kernels/nf4-inl.hpp"
 #include "nibble/kernels/q4_k-inl.hpp"
 #include "nibble/kernels/q5_k-inl.hpp"
@@ -28,6 +29,7 @@ KernelTable make_table() {
   register_q4_k<Tag>(t);
   register_q5_k<Tag>(t);
   register_q6_k<Tag>(t);
+  register_legacy<Tag>(t);
   register_quantizers<Tag>(t);
   register_w8a8<Tag>(t);
   return t;

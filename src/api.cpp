@@ -55,7 +55,59 @@ void quantize_row(Format f, const float* x, std::int64_t cols, void* out, const 
     case Format::fp4:
       ref::quantize_nf4(x, static_cast<BlockNF4*>(out), cols, true);
       return;
+    case Format::q4_0:
+      if (qw)
+        ref::quantize_q4_0_imatrix(x, static_cast<BlockQ4_0*>(out), cols, qw);
+      else
+        ref::quantize_q4_0(x, static_cast<BlockQ4_0*>(out), cols);
+      return;
+    case Format::q4_1:
+      if (qw)
+        ref::quantize_q4_1_imatrix(x, static_cast<BlockQ4_1*>(out), cols, qw);
+      else
+        ref::quantize_q4_1(x, static_cast<BlockQ4_1*>(out), cols);
+      return;
+    case Format::q5_0:
+      if (qw)
+        ref::quantize_q5_0_imatrix(x, static_cast<BlockQ5_0*>(out), cols, qw);
+      else
+        ref::quantize_q5_0(x, static_cast<BlockQ5_0*>(out), cols);
+      return;
+    case Format::q5_1:
+      if (qw)
+        ref::quantize_q5_1_imatrix(x, static_cast<BlockQ5_1*>(out), cols, qw);
+      else
+        ref::quantize_q5_1(x, static_cast<BlockQ5_1*>(out), cols);
+      return;
+    case Format::q8_1:
+      ref::quantize_q8_1(x, static_cast<BlockQ8_1*>(out), cols);
+      return;
+    case Format::bf16:
+      ref::quantize_bf16(x, static_cast<bf16_t*>(out), cols);
+      return;
+    case Format::iq4_nl:
+      ref::quantize_iq4_nl(x, static_cast<BlockIQ4_NL*>(out), cols, qw);
+      return;
+    case Format::iq4_xs:
+      ref::quantize_iq4_xs(x, static_cast<BlockIQ4_XS*>(out), cols, qw);
+      return;
+    case Format::mxfp4:
+      ref::quantize_mxfp4(x, static_cast<BlockMXFP4*>(out), cols);
+      return;
+    case Format::q2_K:
+      if (qw)
+        ref::quantize_q2_K_imatrix(x, static_cast<BlockQ2_K*>(out), cols, qw);
+      else
+        ref::quantize_q2_K(x, static_cast<BlockQ2_K*>(out), cols);
+      return;
+    case Format::q3_K:
+      if (qw)
+        ref::quantize_q3_K_imatrix(x, static_cast<BlockQ3_K*>(out), cols, qw);
+      else
+        ref::quantize_q3_K(x, static_cast<BlockQ3_K*>(out), cols);
+      return;
   }
+  detail::fail("quantize: format ", traits(f).name, " is not implemented yet");
 }
 
 // Dequantizes one row of `cols` values (validated) from `in`.
@@ -90,7 +142,41 @@ void dequantize_row(Format f, const void* in, std::int64_t cols, float* y) {
     case Format::fp4:
       ref::dequantize_nf4(static_cast<const BlockNF4*>(in), y, cols, true);
       return;
+    case Format::q4_0:
+      ref::dequantize_q4_0(static_cast<const BlockQ4_0*>(in), y, cols);
+      return;
+    case Format::q4_1:
+      ref::dequantize_q4_1(static_cast<const BlockQ4_1*>(in), y, cols);
+      return;
+    case Format::q5_0:
+      ref::dequantize_q5_0(static_cast<const BlockQ5_0*>(in), y, cols);
+      return;
+    case Format::q5_1:
+      ref::dequantize_q5_1(static_cast<const BlockQ5_1*>(in), y, cols);
+      return;
+    case Format::q8_1:
+      ref::dequantize_q8_1(static_cast<const BlockQ8_1*>(in), y, cols);
+      return;
+    case Format::bf16:
+      ref::dequantize_bf16(static_cast<const bf16_t*>(in), y, cols);
+      return;
+    case Format::iq4_nl:
+      ref::dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(in), y, cols);
+      return;
+    case Format::iq4_xs:
+      ref::dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(in), y, cols);
+      return;
+    case Format::mxfp4:
+      ref::dequantize_mxfp4(static_cast<const BlockMXFP4*>(in), y, cols);
+      return;
+    case Format::q2_K:
+      ref::dequantize_q2_K(static_cast<const BlockQ2_K*>(in), y, cols);
+      return;
+    case Format::q3_K:
+      ref::dequantize_q3_K(static_cast<const BlockQ3_K*>(in), y, cols);
+      return;
   }
+  detail::fail("dequantize: format ", traits(f).name, " is not implemented yet");
 }
 
 bool valid_nf4_blocksize(std::int64_t bs) {
@@ -117,8 +203,8 @@ void quantize(Format f, const float* src, std::int64_t rows, std::int64_t cols, 
   if (rows == 0 || cols == 0) return;
   const std::size_t rb = checks::row_bytes(f, cols, "quantize");
   auto* out = static_cast<std::uint8_t*>(dst);
-  // Only the K-quants have importance-weighted quantizers; the others ignore the weights.
-  const bool weighted = f == Format::q4_K || f == Format::q5_K || f == Format::q6_K;
+  // Formats without an importance-weighted quantizer ignore the weights.
+  const bool weighted = has_importance_quantizer(f);
   for (std::int64_t r = 0; r < rows; ++r)
     quantize_row(f, src + r * cols, cols, out + static_cast<std::size_t>(r) * rb,
                  weighted ? importance : nullptr);

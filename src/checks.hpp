@@ -19,7 +19,7 @@ namespace nibble::checks {
 /// True when `f` is one of the enumerators of nibble::Format (not an out-of-range cast).
 inline bool valid_format(Format f) {
   const int k = static_cast<int>(f);
-  return k >= static_cast<int>(Format::f32) && k <= static_cast<int>(Format::fp4);
+  return k >= static_cast<int>(Format::f32) && k <= static_cast<int>(kLastFormat);
 }
 
 /// Throws unless `f` is a valid Format.
@@ -40,6 +40,13 @@ inline std::int64_t mul_count(std::int64_t a, std::int64_t b, const char* what, 
   if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a)
     detail::fail(fn, ": ", what, " = ", a, " * ", b, " overflows int64");
   return a * b;
+}
+
+/// Throws "not implemented" for a format that is enumerated but has no codec yet.
+inline void check_implemented(Format f, const char* fn) {
+  if (!format_implemented(f))
+    detail::fail(fn, ": format ", traits(f).name,
+                 " is not implemented yet (enumerated for its GGUF traits only)");
 }
 
 /// Checks the format, rows >= 0, cols >= 0 and cols a multiple of the format's block size, and
@@ -109,6 +116,7 @@ inline void check_quantize_args(Format f, const float* src, std::int64_t rows, s
                                 const void* dst, const float* importance,
                                 const char* fn = "quantize") {
   matrix_bytes(f, rows, cols, fn);
+  check_implemented(f, fn);
   const bool any = rows > 0 && cols > 0;
   check_ptr(src, "src", any, fn);
   check_ptr(dst, "dst", any, fn);
@@ -122,6 +130,7 @@ inline void check_quantize_args(Format f, const float* src, std::int64_t rows, s
 inline void check_dequantize_args(Format f, const void* src, std::int64_t rows, std::int64_t cols,
                                   const float* dst, const char* fn = "dequantize") {
   matrix_bytes(f, rows, cols, fn);
+  check_implemented(f, fn);
   const bool any = rows > 0 && cols > 0;
   check_ptr(src, "src", any, fn);
   check_ptr(dst, "dst", any, fn);

@@ -220,8 +220,8 @@ void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows,
   checks::check_quantize_args(f, src, rows, cols, dst, importance, "quantize");
   if (rows == 0 || cols == 0) return;
   const kernels::KernelTable& t = detail::select_table(ctx);
-  // Only the K-quants have importance-weighted quantizers; the others ignore the weights.
-  const bool weighted = f == Format::q4_K || f == Format::q5_K || f == Format::q6_K;
+  // Formats without an importance-weighted quantizer ignore the weights.
+  const bool weighted = has_importance_quantizer(f);
   kernels::FormatKernels k = detail::merged(t, f);
   detail::RowJob job{&k,
                      f,
@@ -259,6 +259,7 @@ void gemm(const Context& ctx, Format w, const void* W, std::int64_t rows, std::i
   if (n < 0) detail::fail(fn, ": n = ", n, " must be >= 0");
   if (w == Format::q8_K)
     detail::fail(fn, ": format q8_K is an activation format, not a weight format");
+  checks::check_implemented(w, fn);
   const bool any = rows > 0 && n > 0;
   checks::mul_count(n, cols, "n * cols", fn);
   checks::mul_count(n, rows, "n * rows", fn);

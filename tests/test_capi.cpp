@@ -77,7 +77,8 @@ TEST(CApi, Formats) {
   EXPECT_EQ(nibble_format_from_gguf_type(8), fmt("q8_0"));
   EXPECT_EQ(nibble_format_from_gguf_type(12), fmt("q4_K"));
   EXPECT_EQ(nibble_format_from_gguf_type(14), fmt("q6_K"));
-  EXPECT_EQ(nibble_format_from_gguf_type(2), -1);  // q4_0: no nibble format
+  EXPECT_EQ(nibble_format_from_gguf_type(2), fmt("q4_0"));
+  EXPECT_EQ(nibble_format_from_gguf_type(1000), -1);  // no such ggml type
   // Row sizes (GGUF block sizes).
   EXPECT_EQ(nibble_row_bytes(fmt("q4_K"), 4096), 16u * 144u);
   EXPECT_EQ(nibble_row_bytes(fmt("q8_0"), 64), 2u * 34u);

@@ -10,11 +10,21 @@
 #include "nibble/core/error.hpp"
 #include "nibble/core/fp16.hpp"
 #include "nibble/core/types.hpp"
+#include "nibble/formats/bf16.hpp"
+#include "nibble/formats/iq4_nl.hpp"
+#include "nibble/formats/mxfp4.hpp"
 #include "nibble/formats/nf4.hpp"
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
+#include "nibble/formats/q4_0.hpp"
+#include "nibble/formats/q4_1.hpp"
 #include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_0.hpp"
+#include "nibble/formats/q5_1.hpp"
 #include "nibble/formats/q5_k.hpp"
 #include "nibble/formats/q6_k.hpp"
 #include "nibble/formats/q8_0.hpp"
+#include "nibble/formats/q8_1.hpp"
 #include "nibble/formats/q8_k.hpp"
 
 namespace nibble {
@@ -39,10 +49,15 @@ std::size_t row_bytes(Format f, std::int64_t cols);
 
 /// Quantizes a row-major rows x cols fp32 matrix into `dst` (rows * row_bytes(f, cols) bytes).
 /// `importance` (cols non-negative finite weights, or nullptr) selects the importance-weighted
-/// (imatrix) quantizers for q4_K/q5_K/q6_K and is ignored by the other formats. The output is
-/// byte-identical to ggml's reference quantizers and independent of ISA and thread count.
-/// Throws (writing nothing) on null pointers, negative sizes, cols not a multiple of the block
-/// size, NaN/Inf in src, or negative/non-finite importance weights. Format::q8_K is allowed.
+/// (imatrix) quantizers for q2_K..q6_K/q4_0/q4_1/q5_0/q5_1/iq4_nl/iq4_xs
+/// (has_importance_quantizer) and
+/// is ignored by the other formats. Formats
+/// with format_implemented(f) false throw. The output is byte-identical to what ggml_quantize_chunk
+/// stores (ggml's reference quantizers; for iq4_nl ggml's quantize_iq4_nl, whose 15-candidate
+/// search differs from quantize_row_iq4_nl_ref, which is nibble::ref::quantize_iq4_nl_ref) and
+/// independent of ISA and thread count. Throws (writing nothing) on null pointers, negative sizes,
+/// cols not a multiple of the block size, NaN/Inf in src, or negative/non-finite importance
+/// weights. Format::q8_K is allowed.
 void quantize(Format f, const float* src, std::int64_t rows, std::int64_t cols, void* dst,
               const float* importance = nullptr);
 /// As above, with an explicit Context (ISA, threads).

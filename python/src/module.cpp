@@ -29,10 +29,14 @@ using U8Array = py::array_t<std::uint8_t, py::array::c_style | py::array::forcec
   throw py::value_error(msg);
 }
 
+// Every implemented nibble::Format, in enumerator order.
 const std::vector<Format>& all_formats() {
-  static const std::vector<Format> f = {Format::f32,  Format::f16,  Format::q8_0,
-                                        Format::q4_K, Format::q5_K, Format::q6_K,
-                                        Format::q8_K, Format::nf4,  Format::fp4};
+  static const std::vector<Format> f = [] {
+    std::vector<Format> v;
+    for (int k = 0; k <= static_cast<int>(nibble::kLastFormat); ++k)
+      if (nibble::format_implemented(static_cast<Format>(k))) v.push_back(static_cast<Format>(k));
+    return v;
+  }();
   return f;
 }
 

@@ -37,7 +37,7 @@ def test_bad_shapes():
 
 def test_bad_names():
     with pytest.raises(ValueError, match="unknown format"):
-        nibble.quantize(np.zeros(256, np.float32), "q3_K")
+        nibble.quantize(np.zeros(256, np.float32), "q3_K_XL")
     with pytest.raises(ValueError, match="unknown isa"):
         nibble.quantize(np.zeros(256, np.float32), "q8_0", isa="sse9")
     with pytest.raises(ValueError, match="threads"):

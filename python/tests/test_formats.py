@@ -103,3 +103,31 @@ def test_shape_argument_forms():
         nibble.dequantize(b, "q8_0", (1, 1, 128))
     with pytest.raises(ValueError):
         nibble.dequantize(b, "q8_0", "128")
+
+
+LEGACY_CASES = ["zeros", "single", "huge", "tiny", "ties", "negonly", "outlier", "gauss", "mixed"]
+LEGACY_FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "mxfp4", "bf16", "q8_1",
+                  "q2_K", "q3_K"]
+
+
+def test_legacy_format_table():
+    # ggml-common.h block sizes and ggml.h type ids (tests/data/MANIFEST.md, "Legacy formats").
+    expect = {"q4_0": (32, 18, 2), "q4_1": (32, 20, 3), "q5_0": (32, 22, 6), "q5_1": (32, 24, 7),
+              "iq4_nl": (32, 18, 20), "iq4_xs": (256, 136, 23), "mxfp4": (32, 17, 39),
+              "bf16": (1, 2, 30), "q8_1": (32, 36, 9), "q2_K": (256, 84, 10),
+              "q3_K": (256, 110, 11)}
+    for name, (elems, nbytes, gid) in expect.items():
+        assert name in nibble.formats()
+        info = nibble.format_info(name)
+        assert (info["block_elems"], info["block_bytes"], info["gguf_type"]) == (elems, nbytes, gid)
+
+
+@pytest.mark.parametrize("case", LEGACY_CASES)
+@pytest.mark.parametrize("fmt", LEGACY_FORMATS)
+def test_legacy_golden(case, fmt):
+    x = data_file(f"legacy/{case}.input.f32", np.float32)
+    want = data_file(f"legacy/{case}.{fmt}.blocks", np.uint8)
+    assert np.array_equal(nibble.quantize(x, fmt), want)
+    if fmt != "q8_1":  # ggml has no q8_1 dequantizer
+        deq = data_file(f"legacy/{case}.{fmt}.dequant.f32", np.float32)
+        assert same_bits(nibble.dequantize(want, fmt, x.size), deq)

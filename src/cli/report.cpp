@@ -48,7 +48,8 @@ void report_usage(std::FILE* out) {
       "  --seed S        random seed (default 1)\n"
       "  --threads T     worker threads, 0 = all (default 0)\n"
       "  --isa NAME      force scalar|avx2|avx512|neon (default: best available)\n"
-      "  --formats LIST  comma-separated subset of f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4\n"
+      "  --formats LIST  comma-separated formats (default f16,q8_0,q6_K,q5_K,q4_K,nf4,fp4;\n"
+      "                  also q4_0,q4_1,q5_0,q5_1,q2_K,q3_K,iq4_nl,iq4_xs,mxfp4,bf16,q8_1)\n"
       "  --no-calib      skip the calibration table (GPTQ, AWQ, SmoothQuant, imatrix)\n"
       "  --calib-layer OUTxIN  shape of the calibration layer (default 512x1024;\n"
       "                  IN a multiple of 256)\n"
@@ -57,8 +58,9 @@ void report_usage(std::FILE* out) {
 }
 
 bool parse_format(const std::string& s, Format* f) {
-  for (Format c : {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K, Format::q6_K,
-                   Format::q8_K, Format::nf4, Format::fp4}) {
+  for (int k = 0; k <= static_cast<int>(kLastFormat); ++k) {
+    const Format c = static_cast<Format>(k);
+    if (!format_implemented(c)) continue;
     std::string n = traits(c).name;
     std::string a = s, b = n;
     std::transform(a.begin(), a.end(), a.begin(), ::tolower);

@@ -1,5 +1,6 @@
 // libFuzzer target: one block decoder, chosen at compile time with -DNIBBLE_FUZZ_FORMAT=<Format
-// enumerator> (q8_0, q4_K, q5_K, q6_K, q8_K, nf4, fp4). The input is taken as whole blocks
+// enumerator> (q8_0, q4_K, q5_K, q6_K, q8_K, nf4, fp4, and the decoders of q4_0, q4_1, q5_0,
+// q5_1, q8_1, q2_K, q3_K, iq4_nl, iq4_xs, mxfp4, bf16). The input is taken as whole blocks
 // (any bytes are a valid block); the public dispatched nibble::dequantize on every ISA this CPU
 // runs must match the header-only reference decoder bit for bit (NaN matches any NaN).
 #include <cmath>
@@ -43,6 +44,39 @@ void reference(const std::uint8_t* blocks, std::int64_t n, float* y) {
       break;
     case Format::fp4:
       dequantize_nf4(reinterpret_cast<const BlockNF4*>(blocks), y, n, true);
+      break;
+    case Format::q4_0:
+      dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(blocks), y, n);
+      break;
+    case Format::q4_1:
+      dequantize_q4_1(reinterpret_cast<const BlockQ4_1*>(blocks), y, n);
+      break;
+    case Format::q5_0:
+      dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(blocks), y, n);
+      break;
+    case Format::q5_1:
+      dequantize_q5_1(reinterpret_cast<const BlockQ5_1*>(blocks), y, n);
+      break;
+    case Format::q8_1:
+      dequantize_q8_1(reinterpret_cast<const BlockQ8_1*>(blocks), y, n);
+      break;
+    case Format::iq4_nl:
+      dequantize_iq4_nl(reinterpret_cast<const BlockIQ4_NL*>(blocks), y, n);
+      break;
+    case Format::iq4_xs:
+      dequantize_iq4_xs(reinterpret_cast<const BlockIQ4_XS*>(blocks), y, n);
+      break;
+    case Format::mxfp4:
+      dequantize_mxfp4(reinterpret_cast<const BlockMXFP4*>(blocks), y, n);
+      break;
+    case Format::q2_K:
+      dequantize_q2_K(reinterpret_cast<const BlockQ2_K*>(blocks), y, n);
+      break;
+    case Format::q3_K:
+      dequantize_q3_K(reinterpret_cast<const BlockQ3_K*>(blocks), y, n);
+      break;
+    case Format::bf16:
+      dequantize_bf16(reinterpret_cast<const bf16_t*>(blocks), y, n);
       break;
     default:
       std::abort();

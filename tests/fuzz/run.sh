@@ -3,8 +3,10 @@
 # each for a bounded time.
 #   usage: tests/fuzz/run.sh BUILD_DIR SECONDS
 # Targets: fuzz_gguf (GGUF reader + writer fixed point), fuzz_imatrix (imatrix reader),
-# fuzz_dequant_<fmt> for every block decoder (q8_0 q4_K q5_K q6_K q8_K nf4 fp4: the dispatched
-# nibble::dequantize on every ISA of this CPU against the header-only reference decoder).
+# fuzz_dequant_<fmt> for the block decoders q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K (the
+# dispatched nibble::dequantize on every ISA of this CPU against the header-only reference
+# decoder; fuzz_dequant.cpp also knows q4_0 q4_1 q5_0 q8_1 q2_K iq4_nl mxfp4 bf16, not run here to
+# keep CI short).
 # Exit status: 0 when no target found a crash, 1 otherwise (crash inputs stay in
 # BUILD_DIR/artifacts). Not part of the default CMake build.
 set -euo pipefail
@@ -43,7 +45,7 @@ build_target() {  # name source [extra flags...]
 targets=(fuzz_gguf fuzz_imatrix)
 build_target fuzz_gguf fuzz_gguf.cpp
 build_target fuzz_imatrix fuzz_imatrix.cpp
-for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4; do
+for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K; do
   build_target "fuzz_dequant_$f" fuzz_dequant.cpp -DNIBBLE_FUZZ_FORMAT="$f"
   targets+=("fuzz_dequant_$f")
 done
