@@ -150,8 +150,6 @@ struct Q6Rows16 {
 /// L = 4i + c (i = L / 4) holds sub-block 4c + i. The unsigned levels (0..63) are used and the
 /// -32 offset enters as extra = -32 * bsums[sub-block] (the initial int32 lane sums).
 struct Q6Fmt512 {
-  using Gemv = void;
-  static constexpr bool kHasGemv = false;
   static constexpr bool kHasMin = false;
 #if defined(__AVX512VNNI__)
   static constexpr bool kHasRows16 = true;

@@ -123,6 +123,27 @@ inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0,
   }
 }
 
+/// Layout of a re-laid-out activation row (FormatKernels::act_relayout) of the GEMV bodies that
+/// keep the plain activation blocks for the GEMM engines: the row's cols / kValues blocks of type
+/// Plain as they are, then one Prep of derived data per block at a 64-byte aligned offset.
+template <class Plain, class Prep, int kValues>
+struct SplitRow {
+  static std::size_t prep_offset(std::int64_t cols) {
+    return (static_cast<std::size_t>(cols / kValues) * sizeof(Plain) + 63) / 64 * 64;
+  }
+  static std::size_t act_bytes(std::int64_t cols) {
+    return prep_offset(cols) + static_cast<std::size_t>(cols / kValues) * sizeof(Prep);
+  }
+  /// Copies the plain blocks of `src` to `dst` and returns where dst's Prep blocks start.
+  static Prep* copy_plain(const void* src, std::int64_t cols, void* dst) {
+    std::memcpy(dst, src, static_cast<std::size_t>(cols / kValues) * sizeof(Plain));
+    return reinterpret_cast<Prep*>(static_cast<std::uint8_t*>(dst) + prep_offset(cols));
+  }
+  static const Prep* prep(const std::uint8_t* row, std::int64_t cols) {
+    return reinterpret_cast<const Prep*>(row + prep_offset(cols));
+  }
+};
+
 /// Walks the output of a row-range GEMM in cache blocks and register tiles:
 /// for each block of kRowBlock weight rows, for each block of kColBlock activation rows, tiles
 /// of R x C (n == 1: R1 x 1). tile(r, c, rr, cc) computes Y for rows r.., activation rows c...

@@ -297,56 +297,6 @@ struct alignas(64) PrepBlock {
 };
 static_assert(sizeof(PrepBlock) == 384, "PrepBlock layout");
 
-/// R weight rows x C activation columns over all blocks. Fmt provides
-///   unpack(const uint8_t* block, __m512i v[4], __m512& fs, __m512& fm): the 4 vectors of u8
-///     levels (int32 lane L of every vector belongs to one sub-block) and per-lane float scales
-///   prep(const BlockQ8_K&, PrepBlock&), kHasMin, kBlockBytes.
-/// Lane sums: I = sum over the 4 vectors (+ extra as int32 when !kHasMin); the block adds
-/// cvt(I) * fs * da  (+ fm * extra-as-float when kHasMin).
-template <class Fmt, bool Vnni, int R, int C>
-inline void tile512(const std::uint8_t* w, std::size_t w_row_bytes, std::int64_t nb,
-                    const PrepBlock* p, float* y, std::int64_t ldy) {
-  __m512 acc[R][C];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
-  for (std::int64_t b = 0; b < nb; ++b) {
-    if (b + 2 < nb) {  // software prefetch two blocks ahead in the R row streams
-      for (int i = 0; i < R; ++i) {
-        const char* pf =
-            reinterpret_cast<const char*>(w + i * w_row_bytes + (b + 2) * Fmt::kBlockBytes);
-        for (std::size_t o = 0; o < Fmt::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-      }
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const PrepBlock& pb = p[c * nb + b];
-      const __m512 da = _mm512_set1_ps(pb.da);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        __m512i v0, v1, v2, v3;
-        __m512 fs, fm;
-        Fmt::unpack(w + i * w_row_bytes + b * Fmt::kBlockBytes, v0, v1, v2, v3, fs, fm);
-        __m512i s = Fmt::kHasMin ? _mm512_setzero_si512() : _mm512_load_si512(pb.extra);
-        s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
-        s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
-        s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
-        s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
-        acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(fs, da), acc[i][c]);
-        if constexpr (Fmt::kHasMin) {
-          acc[i][c] = _mm512_fmadd_ps(fm, _mm512_load_ps(reinterpret_cast<const float*>(pb.extra)),
-                                      acc[i][c]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) y[c * ldy + i] = _mm512_reduce_add_ps(acc[i][c]);
-}
-
 /// One weight block unpacked by Fmt::unpack (kept in L1 while all activation columns use it).
 struct alignas(64) Unpacked512 {
   __m512i v[4];
@@ -444,16 +394,6 @@ inline void unpack_rows512(const std::uint8_t* w, std::size_t wrb, std::int64_t 
       u.fs = fs;
       u.fm = fm;
     }
-}
-
-/// GEMV (one activation column): R rows unpacked in registers.
-template <class Fmt, bool Vnni>
-inline void gemv512(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t nb,
-                    const PrepBlock* p, float* y) {
-  constexpr int R = 4;
-  std::int64_t r = 0;
-  for (; r + R <= rows; r += R) tile512<Fmt, Vnni, R, 1>(w + r * wrb, wrb, nb, p, y + r, 1);
-  for (; r < rows; ++r) tile512<Fmt, Vnni, 1, 1>(w + r * wrb, wrb, nb, p, y + r, 1);
 }
 
 #if defined(__AVX512VNNI__)
@@ -694,13 +634,6 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
 #if defined(__AVX512VNNI__)
   // The 16-row engine pays a repack per row tile: used from P::kMinN columns on (measured
   // break-even; below it the unpacked-tile engine is as fast or faster).
-  if constexpr (Vnni && Fmt::kHasGemv) {
-    using P = Q45Rows16<Fmt::kHighBit>;
-    if (n >= P::kMinN) {
-      gemm_rows16<P>(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
-      return;
-    }
-  }
   if constexpr (Vnni && Fmt::kHasRows16) {
     using P = typename Fmt::Rows16;
     if (n >= P::kMinN) {
@@ -718,20 +651,6 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
   const std::uint8_t* w = static_cast<const std::uint8_t*>(W) + r0 * w_row_bytes;
   const std::uint8_t* a = static_cast<const std::uint8_t*>(A);
   const std::int64_t rows = r1 - r0;
-  if (n == 1) {
-    const BlockQ8_K* ab = reinterpret_cast<const BlockQ8_K*>(a);
-    if constexpr (Fmt::kHasGemv) {
-      using Gv = typename Fmt::Gemv;
-      typename Gv::Prep* pv = reinterpret_cast<typename Gv::Prep*>(p);  // same size, 64-aligned
-      static_assert(sizeof(typename Gv::Prep) == sizeof(PrepBlock), "prep sizes");
-      for (std::int64_t b = 0; b < nb; ++b) Gv::prep(ab[b], pv[b]);
-      Gv::gemv(w, w_row_bytes, rows, nb, pv, Y + r0);
-      return;
-    }
-    for (std::int64_t b = 0; b < nb; ++b) Fmt::prep(ab[b], p[b]);
-    gemv512<Fmt, Vnni>(w, w_row_bytes, rows, nb, p, Y + r0);
-    return;
-  }
   Scratch wbuf(static_cast<std::size_t>(kR * nb) * sizeof(Unpacked512));
   Unpacked512* wu = static_cast<Unpacked512*>(wbuf.p);
   for (std::int64_t j0 = 0; j0 < n; j0 += jc) {
@@ -770,16 +689,15 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
 /// int32 lanes 2sb and 2sb+1 hold sub-block sb; fs/fm lanes: float(d)*sc[sb], float(dmin)*m[sb];
 /// extra lanes (float): -(a.d * 0.5 * (bsums[2sb] + bsums[2sb+1])), half the min term per lane.
 template <bool HighBit, bool Vnni>
-struct Q45Gemv512;
-
-template <bool HighBit, bool Vnni>
 struct Q45Fmt512 {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
-  using Gemv = Q45Gemv512<HighBit, Vnni>;
-  static constexpr bool kHasGemv = true;
   static constexpr bool kHasMin = true;
-  static constexpr bool kHighBit = HighBit;
+#if defined(__AVX512VNNI__)
+  static constexpr bool kHasRows16 = true;
+  using Rows16 = Q45Rows16<HighBit>;
+#else
   static constexpr bool kHasRows16 = false;
+#endif
   /// Q4_K with vpdpbusd: the high nibbles are used as 16 * q (no shift; u8 products do not
   /// saturate in vpdpbusd) and the factor 1/16 goes into fs of the odd sub-blocks.
   static constexpr bool kHiTrick = !HighBit && Vnni;
@@ -857,209 +775,6 @@ struct Q45Fmt512 {
       std::memcpy(&p.extra[2 * sb + 1], &e, 4);
     }
     p.da = a.d;
-  }
-};
-
-/// GEMV (one activation column) for Q4_K / Q5_K, four weight rows at a time with the per-block
-/// scale work shared by the four rows. Level layout: byte k of vector t (lane q = k / 16, dword
-/// j = k % 16 / 4, e = k % 4) is value 32 * sb + pos with sb = 2q + (j & 1),
-/// pos = 8t + 4 * (j >> 1) + e; so after the 4 vpdpbusd the int32 lanes of a row alternate
-/// sub-blocks 2q, 2q+1 and one 64-bit unpack + add of two rows gives whole sub-block sums
-/// [row a sb 2q, row a sb 2q+1, row b sb 2q, row b sb 2q+1] in lane q. The scales, mins and
-/// super-scales of the four rows are decoded together in one zmm (one 128-bit lane per row).
-template <bool HighBit, bool Vnni>
-struct Q45Gemv512 {
-  using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
-  static constexpr bool kHiTrick = !HighBit && Vnni;
-
-  struct alignas(64) Prep {
-    std::int8_t qs[256];
-    std::int16_t bsp[32];  ///< bsums[2s] + bsums[2s+1], s = 0..7, repeated in 4 lanes
-    float kda[16];         ///< a.d (times 1/16 on odd lanes with the high-nibble trick)
-  };
-  static_assert(sizeof(Prep) == 384, "Prep layout");
-
-  static inline void prep(const BlockQ8_K& a, Prep& p) {
-    for (int t = 0; t < 4; ++t)
-      for (int q = 0; q < 4; ++q)
-        for (int j = 0; j < 4; ++j) {
-          const int sb = 2 * q + (j & 1), pos = 8 * t + 4 * (j >> 1);
-          std::memcpy(p.qs + 64 * t + 16 * q + 4 * j, a.qs + 32 * sb + pos, 4);
-        }
-    for (int l = 0; l < 4; ++l)
-      for (int sb = 0; sb < 8; ++sb)
-        p.bsp[8 * l + sb] = static_cast<std::int16_t>(a.bsums[2 * sb] + a.bsums[2 * sb + 1]);
-    for (int L = 0; L < 16; ++L) p.kda[L] = (kHiTrick && (L & 1)) ? a.d * 0.0625f : a.d;
-  }
-
-  static inline __m512i row_sums(const Block* x, const Prep& pb) {
-    const __m512i z0 = _mm512_loadu_si512(x->qs);
-    const __m512i z1 = _mm512_loadu_si512(x->qs + 64);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i za = _mm512_shuffle_i64x2(z0, z1, 0x88);  // qs[32q + 0..15] in lane q
-    const __m512i zb = _mm512_shuffle_i64x2(z0, z1, 0xDD);  // qs[32q + 16..31] in lane q
-    __m512i la = _mm512_and_si512(za, m4);
-    __m512i lb = _mm512_and_si512(zb, m4);
-    __m512i ha, hb;
-    if constexpr (kHiTrick) {
-      const __m512i mh = _mm512_set1_epi8(static_cast<char>(0xF0));
-      ha = _mm512_and_si512(za, mh);
-      hb = _mm512_and_si512(zb, mh);
-    } else {
-      ha = _mm512_and_si512(_mm512_srli_epi16(za, 4), m4);
-      hb = _mm512_and_si512(_mm512_srli_epi16(zb, 4), m4);
-    }
-    if constexpr (HighBit) {
-      // lane q of la / lb holds positions 0..15 / 16..31 of sub-block 2q (ha / hb: 2q + 1);
-      // their fifth bits are bit 2q (2q + 1) of qh[0..15] / qh[16..31].
-      const __m512i sel_lo = _mm512_set_epi64(
-          0x4040404040404040ll, 0x4040404040404040ll, 0x1010101010101010ll, 0x1010101010101010ll,
-          0x0404040404040404ll, 0x0404040404040404ll, 0x0101010101010101ll, 0x0101010101010101ll);
-      const __m512i sel_hi = _mm512_add_epi8(sel_lo, sel_lo);
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      const __m512i h0 =
-          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh)));
-      const __m512i h1 =
-          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qh + 16)));
-      la = _mm512_mask_add_epi8(la, _mm512_test_epi8_mask(h0, sel_lo), la, sixteen);
-      ha = _mm512_mask_add_epi8(ha, _mm512_test_epi8_mask(h0, sel_hi), ha, sixteen);
-      lb = _mm512_mask_add_epi8(lb, _mm512_test_epi8_mask(h1, sel_lo), lb, sixteen);
-      hb = _mm512_mask_add_epi8(hb, _mm512_test_epi8_mask(h1, sel_hi), hb, sixteen);
-    }
-    const __m512i v0 = _mm512_unpacklo_epi32(la, ha);
-    const __m512i v1 = _mm512_unpackhi_epi32(la, ha);
-    const __m512i v2 = _mm512_unpacklo_epi32(lb, hb);
-    const __m512i v3 = _mm512_unpackhi_epi32(lb, hb);
-    __m512i s = _mm512_setzero_si512();
-    s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
-    s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
-    s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
-    s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
-    return s;
-  }
-
-  /// out[i] = dot(row i, activation) for the 4G rows at w[0..4G-1] (G groups of 4 rows in
-  /// flight).
-  /// `far` (bytes, 0 = none): distance from each row to the same row of the next row group,
-  /// prefetched into L2 one group ahead so DRAM latency hides behind the current group.
-  template <int G>
-  static inline void run(const std::uint8_t* const* w, std::int64_t nb, const Prep* p, float* out,
-                         std::size_t far = 0) {
-    __m512 acc01[G], acc23[G], accm[G];
-    for (int g = 0; g < G; ++g) acc01[g] = acc23[g] = accm[g] = _mm512_setzero_ps();
-    const __m512i lane_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
-    const __m512i m1 =
-        _mm512_set_epi32(0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
-                         0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
-                         0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F);
-    const __m512i m2 = _mm512_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0,
-                                        0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0);
-    const __m512i idx_d = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-    const __m512i idx_d01 = _mm512_set_epi32(2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0);
-    const __m512i idx_d23 = _mm512_set_epi32(6, 6, 4, 4, 6, 6, 4, 4, 6, 6, 4, 4, 6, 6, 4, 4);
-    const __m512i idx_m = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-    // word (2 * dword) of lane q, dword j <- word (j >> 1) * 16 + 2q + (j & 1)
-    const __m512i idx_w = _mm512_set_epi16(0, 23, 0, 22, 0, 7, 0, 6, 0, 21, 0, 20, 0, 5, 0, 4, 0,
-                                           19, 0, 18, 0, 3, 0, 2, 0, 17, 0, 16, 0, 1, 0, 0);
-    const __m512i lowword = _mm512_set1_epi32(0xFFFF);
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const Prep& pb = p[b];
-      const std::size_t off = static_cast<std::size_t>(b) * sizeof(Block);
-      if (b + 2 < nb) {  // software prefetch two blocks ahead in the row streams (+~10%)
-        const std::size_t pf = off + 2 * sizeof(Block);
-        for (int i = 0; i < 4 * G; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 64), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(w[i] + pf + 128), _MM_HINT_T0);
-        }
-      }
-      if (far != 0) {  // next row group, same block: into L2 (prefetches never fault)
-        for (int i = 0; i < 4 * G; ++i) {
-          const char* q = reinterpret_cast<const char*>(w[i] + far + off);
-          _mm_prefetch(q, _MM_HINT_T1);
-          _mm_prefetch(q + 64, _MM_HINT_T1);
-          _mm_prefetch(q + 128, _MM_HINT_T1);
-        }
-      }
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
-        const Block* x0 = reinterpret_cast<const Block*>(w[4 * g] + off);
-        const Block* x1 = reinterpret_cast<const Block*>(w[4 * g + 1] + off);
-        const Block* x2 = reinterpret_cast<const Block*>(w[4 * g + 2] + off);
-        const Block* x3 = reinterpret_cast<const Block*>(w[4 * g + 3] + off);
-        const __m512i i0 = row_sums(x0, pb), i1 = row_sums(x1, pb);
-        const __m512i i2 = row_sums(x2, pb), i3 = row_sums(x3, pb);
-        const __m512i t01 =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(i0, i1), _mm512_unpackhi_epi64(i0, i1));
-        const __m512i t23 =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(i2, i3), _mm512_unpackhi_epi64(i2, i3));
-        // d, dmin, scales[12] of the 4 rows, one row per 128-bit lane
-        __m512i X = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0)));
-        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1)), 1);
-        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x2)), 2);
-        X = _mm512_inserti32x4(X, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x3)), 3);
-        const __m512i A = _mm512_srlv_epi32(
-            _mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xED)), lane_shift);
-        const __m512i B =
-            _mm512_srli_epi32(_mm512_shuffle_epi32(X, static_cast<_MM_PERM_ENUM>(0xA5)), 2);
-        const __m512i sm = _mm512_or_si512(_mm512_and_si512(A, m1), _mm512_and_si512(B, m2));
-        const __m512 dd =
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi32(idx_d, X)));
-        const __m512 kda = _mm512_load_ps(pb.kda);
-        const __m512 d01 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d01, dd), kda);
-        const __m512 d23 = _mm512_mul_ps(_mm512_permutexvar_ps(idx_d23, dd), kda);
-        const __m512i w01 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sm));
-        const __m512i w23 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sm, 1));
-        const __m512 fs01 = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w01), lowword)),
-            d01);
-        const __m512 fs23 = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_permutexvar_epi16(idx_w, w23), lowword)),
-            d23);
-        acc01[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t01), fs01, acc01[g]);
-        acc23[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t23), fs23, acc23[g]);
-        // mins: lane i = row i, 4 partial sums of m * bsp
-        const __m512i mw = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());
-        const __m512i mi = _mm512_madd_epi16(mw, _mm512_load_si512(pb.bsp));
-        const __m512 dm =
-            _mm512_mul_ps(_mm512_permutexvar_ps(idx_m, dd), _mm512_set1_ps(pb.kda[0]));
-        accm[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), dm, accm[g]);
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      alignas(64) float f01[16], f23[16], fm[16];
-      _mm512_store_ps(f01, acc01[g]);
-      _mm512_store_ps(f23, acc23[g]);
-      _mm512_store_ps(fm, accm[g]);
-      float r[4] = {0, 0, 0, 0}, mr[4] = {0, 0, 0, 0};
-      for (int q = 0; q < 4; ++q) {
-        r[0] += f01[4 * q] + f01[4 * q + 1];
-        r[1] += f01[4 * q + 2] + f01[4 * q + 3];
-        r[2] += f23[4 * q] + f23[4 * q + 1];
-        r[3] += f23[4 * q + 2] + f23[4 * q + 3];
-        for (int i = 0; i < 4; ++i) mr[i] += fm[4 * i + q];
-      }
-      for (int i = 0; i < 4; ++i) out[4 * g + i] = r[i] - mr[i];
-    }
-  }
-
-  /// Rows [0, rows) of w (w_row_bytes apart) against one prepared activation row.
-  static void gemv(const std::uint8_t* w, std::size_t wrb, std::int64_t rows, std::int64_t nb,
-                   const Prep* p, float* y) {
-    constexpr int kG = 2;  // 8 rows in flight: measured best (4 and 12 are ~10% slower)
-    std::int64_t r = 0;
-    for (; r + 4 * kG <= rows; r += 4 * kG) {
-      const std::uint8_t* rp[4 * kG];
-      for (int i = 0; i < 4 * kG; ++i) rp[i] = w + (r + i) * wrb;
-      run<kG>(rp, nb, p, y + r, r + 8 * kG <= rows ? 4 * kG * wrb : 0);
-    }
-    for (; r < rows; r += 4) {
-      const std::uint8_t* rp[4];
-      for (int i = 0; i < 4; ++i) rp[i] = w + ((r + i < rows) ? r + i : rows - 1) * wrb;
-      float out[4];
-      run<1>(rp, nb, p, out);
-      for (int i = 0; i < 4 && r + i < rows; ++i) y[r + i] = out[i];
-    }
   }
 };
 

@@ -65,14 +65,10 @@ struct Q45Simd {
   };
   static_assert(sizeof(Prep) == 384, "Prep layout");
 
-  /// Relayout of one row: the plain Q8_K blocks (read by the GEMM engines) followed by the Prep
-  /// blocks (read by the GEMV) at a 64-byte aligned offset.
-  static std::size_t prep_offset(std::int64_t cols) {
-    return (static_cast<std::size_t>(cols / 256) * sizeof(BlockQ8_K) + 63) / 64 * 64;
-  }
-  static std::size_t act_bytes(std::int64_t cols) {
-    return prep_offset(cols) + static_cast<std::size_t>(cols / 256) * sizeof(Prep);
-  }
+  /// Relayout of one row: the plain Q8_K blocks (read by the GEMM engines), then the Prep blocks
+  /// (read by the GEMV).
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   /// FormatKernels::gemm: GEMV on the prepared rows; n > 1 runs `Gemm` on the plain Q8_K part.
   template <void (*Gemm)(const void*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
                          const void*, std::size_t, std::int64_t, float*, std::int64_t)>
@@ -87,10 +83,8 @@ struct Q45Simd {
 
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
-    auto* out = static_cast<std::uint8_t*>(dst);
     const std::int64_t nb = cols / 256;
-    std::memcpy(out, in, static_cast<std::size_t>(nb) * sizeof(BlockQ8_K));
-    Prep* p = reinterpret_cast<Prep*>(out + prep_offset(cols));
+    Prep* p = Row::copy_plain(src, cols, dst);
     for (std::int64_t b = 0; b < nb; ++b) {
       std::memset(&p[b], 0, sizeof(Prep));
       for (int v = 0; v < kNV; ++v) {
@@ -189,7 +183,7 @@ struct Q45Simd {
     constexpr int kG = (R + kH - 1) / kH;  // header registers
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
-    const Prep* p = reinterpret_cast<const Prep*>(A + prep_offset(cols));
+    const Prep* p = Row::prep(A, cols);
     const VU8<Tag> hx = loadu<std::uint8_t, Tag>(pt.hdr_x), hy = loadu<std::uint8_t, Tag>(pt.hdr_y);
     const VU32<Tag> hs = loadu<std::uint32_t, Tag>(pt.shift);
     const VU32<Tag> ax = loadu<std::uint32_t, Tag>(pt.and_x),

@@ -47,18 +47,14 @@ struct Q6Simd {
     std::int8_t init[256];
   };
 
-  static std::size_t prep_offset(std::int64_t cols) {
-    return (static_cast<std::size_t>(cols / 256) * sizeof(BlockQ8_K) + 63) / 64 * 64;
-  }
-  static std::size_t act_bytes(std::int64_t cols) {
-    return prep_offset(cols) + static_cast<std::size_t>(cols / 256) * sizeof(Prep);
-  }
+  /// Relayout of one row: the plain Q8_K blocks (read by the GEMM engines), then the Prep blocks
+  /// (read by the GEMV).
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
-    auto* out = static_cast<std::uint8_t*>(dst);
     const std::int64_t nb = cols / 256;
-    std::memcpy(out, in, static_cast<std::size_t>(nb) * sizeof(BlockQ8_K));
-    Prep* p = reinterpret_cast<Prep*>(out + prep_offset(cols));
+    Prep* p = Row::copy_plain(src, cols, dst);
     constexpr int kG = SD::kPairs ? 2 : 4;  // values per starting value
     for (std::int64_t b = 0; b < nb; ++b) {
       for (int o = 0; o < 256; o += kG) {
@@ -129,7 +125,7 @@ struct Q6Simd {
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
     const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
-    const Prep* p = reinterpret_cast<const Prep*>(A + prep_offset(cols));
+    const Prep* p = Row::prep(A, cols);
     VF<Tag> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
     for (std::int64_t b = 0; b < nb; ++b) {
