@@ -131,6 +131,7 @@ struct Q45Simd {
   /// scale bytes of a block header (bytes 4..15 of each 16-byte lane) into sc[0..7], m[0..7].
   struct Patterns {
     alignas(64) std::uint8_t idx[kNV][2][kW];
+    alignas(64) std::uint8_t idx2[kNV][kW];  ///< ScaledDot2::kPacked: (scale, 0) per int16
     alignas(64) std::uint8_t mins[kW];
     alignas(64) std::uint8_t hbmask[kNV][2][kW];
     alignas(64) std::uint8_t hdr_x[kW], hdr_y[kW];
@@ -145,6 +146,10 @@ struct Q45Simd {
             idx[v][h][b] = take ? static_cast<std::uint8_t>(sub) : 0x80;
             hbmask[v][h][b] = static_cast<std::uint8_t>(1u << (2 * ((v * kW + b) / 32) + h));
           }
+        }
+        for (int b = 0; b < kW; ++b) {  // int16 k of a 16-byte lane: lo dot (k < 4), hi dot
+          const int g = (v * kW + b / 16 * 16) / 32, k = (b % 16) / 2;
+          idx2[v][b] = b % 2 ? 0x80 : static_cast<std::uint8_t>(2 * g + (k >= 4));
         }
       }
       // dwords of x: u0, u2, u1, u2; of y: -, u0, -, u1 (u0 = header bytes 4..7, u1 = 8..11,
@@ -240,10 +245,16 @@ struct Q45Simd {
           const VI8<Tag> ahi = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW + kW);
           VU8<Tag> lo, hi;
           levels<v>(x[r], lo, hi);
-          isum[r] = ScaledDot<Tag>::acc(
-              isum[r], lo, alo, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][0])));
-          isum[r] = ScaledDot<Tag>::acc(
-              isum[r], hi, ahi, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][1])));
+          if constexpr (ScaledDot2<Tag>::kPacked) {
+            isum[r] =
+                ScaledDot2<Tag>::acc(isum[r], lo, alo, hi, ahi,
+                                     lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx2[v])));
+          } else {
+            isum[r] = ScaledDot<Tag>::acc(
+                isum[r], lo, alo, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][0])));
+            isum[r] = ScaledDot<Tag>::acc(
+                isum[r], hi, ahi, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][1])));
+          }
         });
       }
       for (int r = 0; r < R; ++r)
