@@ -41,9 +41,10 @@ struct Result {
 /// after damping (Cholesky failure).
 Result quantize(const Eigen::MatrixXf& W, const Eigen::MatrixXf& H, const Config& cfg);
 
-/// GPTQ with K-quant output: Format::q4_K, q5_K or q6_K. At the start of each 256-column
-/// super-block the block scales are chosen on the current (error-updated) weights; every column
-/// is then rounded on that grid and its error propagated with the GPTQ update. Returns
+/// GPTQ with K-quant output: Format::q2_K, q3_K, q4_K, q5_K or q6_K. At the start of each
+/// 256-column super-block the block scales are chosen on the current (error-updated) weights by
+/// the format's importance-weighted reference search (importance = the damped diag(H)); every
+/// column is then rounded on that grid and its error propagated with the GPTQ update. Returns
 /// rows * (cols/256) blocks (row-major), dequantizable with nibble::dequantize. cfg.bits,
 /// group_size, sym, static_groups and mse are ignored; act_order is not supported (throws).
 /// Throws as quantize(), plus for other formats or cols % 256 != 0.
