@@ -330,8 +330,15 @@ struct Q45Rows {
     for (int i = 0; i < kL; ++i)
       r[i] = loadu<std::int32_t, Tag>(reinterpret_cast<const Block*>(rows[i]) + b);
     transpose_i32<Tag>(r);
-    const VU32<Tag> h = as<std::uint32_t>(r[0]), u0 = as<std::uint32_t>(r[1]);
-    const VU32<Tag> u1 = as<std::uint32_t>(r[2]), u2 = as<std::uint32_t>(r[3]);
+    scales_from<Tag>(as<std::uint32_t>(r[0]), as<std::uint32_t>(r[1]), as<std::uint32_t>(r[2]),
+                     as<std::uint32_t>(r[3]), fs, fm);
+  }
+
+  /// The float scales and mins from the first 4 dwords of a block (one row per lane): d | dmin,
+  /// then the 12 packed scale bytes.
+  template <class Tag>
+  static void scales_from(const VU32<Tag>& h, const VU32<Tag>& u0, const VU32<Tag>& u1,
+                          const VU32<Tag>& u2, VF<Tag>* fs, VF<Tag>* fm) {
     const VU32<Tag> k3f(0x3F3F3F3Fu), k0f(0x0F0F0F0Fu), k30(0x30303030u), kff(0xFFu);
     const VU32<Tag> sc[2] = {u0 & k3f, (u2 & k0f) | ((u0 >> 2) & k30)};
     const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & k0f) | ((u1 >> 2) & k30)};
@@ -341,6 +348,29 @@ struct Q45Rows {
       fm[s] = ndmin * xsimd::to_float(as<std::int32_t>((mn[s / 4] >> (8 * (s % 4))) & kff));
     }
   }
+
+  /// Tile of block b read from the packed layout (nibble/packed.hpp): `gb` is the group's block
+  /// b, `h` the sub-tile (rows h * L ..). Same output as repack().
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
+    auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
+    const VU32<Tag> m4(0x0F0F0F0Fu), m1(0x01010101u);
+    constexpr int kQs = HighBit ? 12 : 4;
+    for (int k = 0; k < 32; ++k) {
+      const int g = k / 8, l = 4 * (k % 8);  // qs bytes 4k..: values l.. of sub-blocks 2g, 2g+1
+      const VU32<Tag> q = unit(kQs + k);
+      VU32<Tag> lo = q & m4, hi = (q >> 4) & m4;
+      if constexpr (HighBit) {
+        const VU32<Tag> qh = unit(4 + k % 8);
+        lo = lo | (((qh >> (2 * g)) & m1) << 4);
+        hi = hi | (((qh >> (2 * g + 1)) & m1) << 4);
+      }
+      lv[16 * g + l / 4] = as<std::uint8_t>(lo);
+      lv[16 * g + 8 + l / 4] = as<std::uint8_t>(hi);
+    }
+    scales_from<Tag>(unit(0), unit(1), unit(2), unit(3), fs, fm);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(Block);
 
   static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
                   float* da, float* e) {
