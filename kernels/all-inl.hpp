@@ -6,6 +6,7 @@
 #include "nibble/kernels/f16-inl.hpp"
 #include "nibble/kernels/f32-inl.hpp"
 #include "nibble/kernels/legacy-inl.hpp"
+#include "nibble/kernels/detail/packed-inl.hpp"
 #include "nibble/kernels/nf4-inl.hpp"
 #include "nibble/kernels/q4_k-inl.hpp"
 #include "nibble/kernels/q5_k-inl.hpp"
@@ -32,6 +33,7 @@ KernelTable make_table() {
   register_legacy<Tag>(t);
   register_quantizers<Tag>(t);
   register_w8a8<Tag>(t);
+  register_packed<Tag>(t);
   return t;
 }
 

@@ -261,6 +261,32 @@ struct Q8_0Rows {
     }
   }
 
+  /// Tile of engine block eb read from the packed layout (nibble/packed.hpp): `gb` is the
+  /// group's Q8_0 block kSub * eb (its 16 fp16 scales, then 8 units of 64 bytes: unit u holds
+  /// quants 4u..4u+3 of the 16 rows; the next Q8_0 block follows), `h` the sub-tile.
+  template <class T>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t eb, std::int64_t cols,
+                            VU8<T>* lv, VF<T>* fs, VF<T>* fm) {
+    constexpr int kL = T::bytes / 4;
+    constexpr std::size_t kGroupBlk = 16 * kQ8_0Blk;
+    for (int s = 0; s < kSub; ++s) {
+      const bool have = eb * kSub + s < cols / 32;
+      const std::uint8_t* b = gb + s * kGroupBlk;
+      for (int u = 0; u < 8; ++u) {
+        const VI8<T> w = have ? loadu<std::int8_t, T>(b + 32 + 64 * u + h * T::bytes)
+                              : VI8<T>(static_cast<std::int8_t>(0));
+        lv[8 * s + u] = as<std::uint8_t>(S8Dot<T>::prep(w));
+      }
+      fs[s] = have ? load_f16<T>(b + 2 * kL * h) : VF<T>(0.0f);
+      fm[s] = fs[s];
+    }
+  }
+  /// Bytes of one plain row (a packed group spans 16 of them).
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 32) * kQ8_0Blk;
+  }
+  static constexpr std::size_t kBlockBytes = kSub * kQ8_0Blk;
+
   /// Activations: the relayout of Q8_0Simd (quants, bias sums, scales); blocks past the row are
   /// zero (the last engine block of an odd block count).
   static void act(const std::uint8_t* arow, std::int64_t cols, std::int64_t eb, std::int8_t* qs,

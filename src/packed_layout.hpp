@@ -29,7 +29,13 @@ struct PackLayout {
 inline const PackLayout* pack_layout(Format f) {
   static const PackLayout q4_K{1, {{0, 144, 4}}};
   static const PackLayout q5_K{1, {{0, 176, 4}}};
+  static const PackLayout q6_K{2, {{0, 208, 4}, {208, 2, 2}}};  // ql qh scales | d
+  static const PackLayout q8_0{2, {{0, 2, 2}, {2, 32, 4}}};     // d | qs
   switch (f) {
+    case Format::q6_K:
+      return &q6_K;
+    case Format::q8_0:
+      return &q8_0;
     case Format::q4_K:
       return &q4_K;
     case Format::q5_K:

@@ -24,7 +24,7 @@ using nibble::test::KernelTest;
 
 constexpr double kRtol = 2e-5;
 constexpr double kAtol = 1e-30;
-const Format kPackable[] = {Format::q4_K, Format::q5_K};
+const Format kPackable[] = {Format::q4_K, Format::q5_K, Format::q6_K, Format::q8_0};
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 g(seed);
@@ -38,18 +38,34 @@ std::size_t plain_bytes(Format f, std::int64_t rows, std::int64_t cols) {
 }
 
 TEST(Packed, WhichFormats) {
-  EXPECT_TRUE(nibble::packable(Format::q4_K));
-  EXPECT_TRUE(nibble::packable(Format::q5_K));
+  for (Format f : kPackable) EXPECT_TRUE(nibble::packable(f)) << nibble::traits(f).name;
   EXPECT_FALSE(nibble::packable(Format::f32));
   EXPECT_FALSE(nibble::packable(Format::q8_K));
   EXPECT_FALSE(nibble::packable(static_cast<Format>(99)));
 }
 
-// Q4_K / Q5_K blocks are cut into 4-byte units: byte k of block b of row 16 g + i lands at
-// (group g, block b) + 64 * (k / 4) + 4 * i + k % 4; the rows after the last group are plain.
+// Where byte k of block b of row 16 g + i must land, written out per format from the layout
+// description in nibble/packed.hpp: the block's fields in order, each cut into units (4 bytes;
+// 2 for an fp16 scalar), unit u of row i at 16 * field offset + (16 u + i) * unit.
+std::size_t packed_offset(Format f, std::size_t k, int i) {
+  auto at = [&](std::size_t field_off, std::size_t unit) {
+    const std::size_t kk = k - field_off;
+    return 16 * field_off + (16 * (kk / unit) + i) * unit + kk % unit;
+  };
+  switch (f) {
+    case Format::q6_K:  // ql, qh, scales (208 bytes, 4-byte units), then d (fp16)
+      return k < 208 ? at(0, 4) : at(208, 2);
+    case Format::q8_0:  // d (fp16), then 32 quants
+      return k < 2 ? at(0, 2) : at(2, 4);
+    default:  // q4_K, q5_K: the whole block in 4-byte units
+      return at(0, 4);
+  }
+}
+
 TEST(Packed, BytePositions) {
   for (Format f : kPackable) {
-    const std::int64_t rows = 37, cols = 512, nb = 2;
+    const std::int64_t bel = nibble::traits(f).block_elems;
+    const std::int64_t rows = 37, nb = 2, cols = nb * bel;
     const std::size_t B = nibble::traits(f).block_bytes, rb = nb * B;
     const auto W = random_bytes(plain_bytes(f, rows, cols), 7);
     std::vector<std::uint8_t> P(W.size(), 0xAA);
@@ -59,7 +75,7 @@ TEST(Packed, BytePositions) {
       for (std::int64_t b = 0; b < nb; ++b)
         for (int i = 0; i < 16; ++i)
           for (std::size_t k = 0; k < B; ++k) {
-            const std::size_t at = (g * nb + b) * 16 * B + 64 * (k / 4) + 4 * i + k % 4;
+            const std::size_t at = (g * nb + b) * 16 * B + packed_offset(f, k, i);
             const std::size_t from = (16 * g + i) * rb + b * B + k;
             if (P[at] != W[from] && ++bad < 5)
               ADD_FAILURE() << nibble::traits(f).name << " g " << g << " b " << b << " row " << i
@@ -108,7 +124,7 @@ TEST(Packed, BadInputThrowsAndWritesNothing) {
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), -1, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, nullptr, rows, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, cols, nullptr), nibble::Error);
-  EXPECT_THROW(nibble::unpack(ctx, Format::q6_K, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::unpack(ctx, Format::q2_K, W.data(), rows, cols, out.data()), nibble::Error);
   EXPECT_EQ(out, untouched);
   std::vector<std::uint8_t> buf = W;  // in-place / overlapping buffers are refused
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, buf.data(), rows, cols, buf.data() + 64),
@@ -135,7 +151,8 @@ TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
   const nibble::kernels::KernelTable& t = table();
   for (Format f : kPackable) {
     for (std::int64_t rows : {16, 37, 64}) {
-      for (std::int64_t cols : {256, 1024}) {
+      for (std::int64_t cols : {256, 1024, 32 * 37}) {
+        if (cols % nibble::traits(f).block_elems != 0) continue;
         const auto src = nibble::test::random_normal(
             static_cast<std::size_t>(rows * cols), static_cast<std::uint32_t>(rows + cols), 0.02f);
         std::vector<std::uint8_t> W(plain_bytes(f, rows, cols)), P(W.size());
@@ -146,12 +163,12 @@ TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
         for (std::int64_t n : {1, 2, 7, 17}) {
           const auto X = nibble::test::random_normal(static_cast<std::size_t>(n * cols),
                                                      static_cast<std::uint32_t>(n * 13 + cols));
-          // the products see the Q8_K activations: the reference does too
-          std::vector<std::uint8_t> Aq(static_cast<std::size_t>(n) *
-                                       nibble::row_bytes(Format::q8_K, cols));
-          nibble::quantize(Format::q8_K, X.data(), n, cols, Aq.data());
+          // the products see the quantized activations (Q8_K / Q8_0): the reference does too
+          const Format af = nibble::traits(f).activation;
+          std::vector<std::uint8_t> Aq(static_cast<std::size_t>(n) * nibble::row_bytes(af, cols));
+          nibble::quantize(af, X.data(), n, cols, Aq.data());
           std::vector<float> Xd(static_cast<std::size_t>(n * cols));
-          nibble::dequantize(Format::q8_K, Aq.data(), n, cols, Xd.data());
+          nibble::dequantize(af, Aq.data(), n, cols, Xd.data());
           const auto ref = nibble::test::eigen_reference(Wd.data(), rows, cols, Xd.data(), n);
           for (int threads : {1, 3}) {
             nibble::Context ctx;

@@ -352,7 +352,8 @@ struct Q45Rows {
   /// Tile of block b read from the packed layout (nibble/packed.hpp): `gb` is the group's block
   /// b, `h` the sub-tile (rows h * L ..). Same output as repack().
   template <class Tag>
-  static void repack_packed(const std::uint8_t* gb, int h, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
     auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
     const VU32<Tag> m4(0x0F0F0F0Fu), m1(0x01010101u);
     constexpr int kQs = HighBit ? 12 : 4;
@@ -369,6 +370,10 @@ struct Q45Rows {
       lv[16 * g + 8 + l / 4] = as<std::uint8_t>(hi);
     }
     scales_from<Tag>(unit(0), unit(1), unit(2), unit(3), fs, fm);
+  }
+  /// Bytes of one plain row (a packed group spans 16 of them).
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(Block);
   }
   static constexpr std::size_t kBlockBytes = sizeof(Block);
 

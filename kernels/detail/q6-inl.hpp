@@ -257,6 +257,35 @@ struct Q6Rows {
     }
   }
 
+  /// Tile of block b read from the packed layout (nibble/packed.hpp; the unit map is in
+  /// packed-inl.hpp): `gb` is the group's block b, `h` the sub-tile. Same output as repack().
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
+    const VU32<Tag> m4(0x0F0F0F0Fu), m3(0x03030303u);
+    for (int hh = 0; hh < 2; ++hh)
+      for (int pp = 0; pp < 64; pp += 4) {  // ql bytes of the half
+        const int g = pp / 32;
+        const VU32<Tag> q = unit(16 * hh + pp / 4), hb = unit(32 + 8 * hh + (pp % 32) / 4);
+        lv[(128 * hh + pp) / 4] = as<std::uint8_t>((q & m4) | (((hb >> (2 * g)) & m3) << 4));
+        lv[(128 * hh + 64 + pp) / 4] =
+            as<std::uint8_t>(((q >> 4) & m4) | (((hb >> (4 + 2 * g)) & m3) << 4));
+      }
+    const VF<Tag> dv = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
+    for (int s = 0; s < 16; ++s) {
+      const VI32<Tag> sc = (as<std::int32_t>(unit(48 + s / 4)) << (24 - 8 * (s % 4))) >> 24;
+      fs[s] = dv * xsimd::to_float(sc);
+      fm[s] = fs[s] * VF<Tag>(-32.0f);
+    }
+  }
+  /// Bytes of one plain row (a packed group spans 16 of them).
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(BlockQ6_K);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ6_K);
+
   static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
                   float* da, float* e) {
     const BlockQ8_K& a = reinterpret_cast<const BlockQ8_K*>(arow)[b];

@@ -206,11 +206,11 @@ struct RowsGemm {
     AlignedBuf tbuf(static_cast<std::size_t>(acts.nb) * sizeof(Tile));
     Tile* tile = static_cast<Tile*>(tbuf.p);
     for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* G = P + static_cast<std::size_t>(g * acts.nb) * gblock;
+      const std::uint8_t* G = P + static_cast<std::size_t>(g) * kGroup * Pol::row_bytes(cols_);
       for (int h = 0; h < kGroup / kL; ++h) {
         for (std::int64_t b = 0; b < acts.nb; ++b)
-          Pol::template repack_packed<Tag>(G + static_cast<std::size_t>(b) * gblock, h, tile[b].lv,
-                                           tile[b].fs, tile[b].fm);
+          Pol::template repack_packed<Tag>(G + static_cast<std::size_t>(b) * gblock, h, b, cols_,
+                                           tile[b].lv, tile[b].fs, tile[b].fm);
         acts.run(tile, n, Y, ldy, g * kGroup + h * kL, kL);
       }
     }

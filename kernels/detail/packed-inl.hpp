@@ -1,0 +1,182 @@
+// nibble: Q6_K and Q8_0 on packed (row-interleaved) weights (nibble/packed.hpp), written once
+// for every SIMD tag. The layout and the structure are those of q45-packed-inl.hpp: a register
+// loaded at unit u of a group block holds that 4-byte unit of L = Tag::bytes / 4 rows (one per
+// int32 lane), so the int8 dots run against broadcast activation dwords with no shuffles, and
+// the weights stream in one sequential pass.
+//
+// Q6_K group block (16 x 210 bytes): units 0..31 ql, 32..47 qh, 48..51 the 16 int8 scales, then
+// the 16 fp16 d (2 bytes per row). Value 128 hh + 32 j + l (half hh, quarter j, l = 4k..4k+3 of
+// unit k) has its low 4 bits in ql unit 16 hh + k (j = 0, 2: low / high nibble) or
+// 16 hh + 8 + k (j = 1, 3), its top 2 bits at bit 2j of qh unit 32 + 8 hh + k; its sub-block is
+// 8 hh + 2 j + k / 4. Sums start at -32 * (activation sum of the sub-block) (the level offset),
+// are scaled by the signed 6-bit... int8 scale in int32, and go to float once per block.
+//
+// Q8_0 group block (16 x 34 bytes): the 16 fp16 d, then units 0..7 of the quants. Signed weights
+// through S8Dot (VNNI: w + 128 against an accumulator starting at -128 * sum(a)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_0.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/q6-inl.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+#include "nibble/kernels/q8_0-inl.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+/// A register of unit u of sub-tile h of a packed group block.
+template <class Tag>
+inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
+  return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
+}
+
+template <class Tag>
+struct PackedQ6 {
+  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
+
+  /// y[16 g + i] for the groups g in [g0, g1) of P against one row of plain Q8_K blocks.
+  static void gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const std::uint8_t* A, float* y) {
+    const std::int64_t nb = cols / 256;
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
+    const VU32<Tag> m4(0x0F0F0F0Fu), m30(0x30303030u);
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::uint8_t* G = P + static_cast<std::size_t>(g * nb) * kGroupBlock;
+      VF<Tag> acc[kH];
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::uint8_t* gb = G + static_cast<std::size_t>(b) * kGroupBlock;
+        const BlockQ8_K& ab = a[b];
+        const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
+        const VF<Tag> da(ab.d);
+        for (int h = 0; h < kH; ++h) {
+          VI32<Tag> tot(0);
+          for (int hh = 0; hh < 2; ++hh) {
+            VI32<Tag> s[4][2];  // quarter j, sub-block half k / 4
+            for (int j = 0; j < 4; ++j)
+              for (int t = 0; t < 2; ++t) s[j][t] = VI32<Tag>(-32 * ab.bsums[8 * hh + 2 * j + t]);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+              const VU32<Tag> qa = packed_unit<Tag>(gb, 16 * hh + k, h);
+              const VU32<Tag> qb = packed_unit<Tag>(gb, 16 * hh + 8 + k, h);
+              const VU32<Tag> qh = packed_unit<Tag>(gb, 32 + 8 * hh + k, h);
+              const VU32<Tag> lv[4] = {(qa & m4) | ((qh << 4) & m30), (qb & m4) | ((qh << 2) & m30),
+                                       ((qa >> 4) & m4) | (qh & m30),
+                                       ((qb >> 4) & m4) | ((qh >> 2) & m30)};
+              for (int j = 0; j < 4; ++j)
+                s[j][k / 4] = dot_u8s8<Tag>(s[j][k / 4], as<std::uint8_t>(lv[j]),
+                                            bcast4<Tag>(aq + 128 * hh + 32 * j + 4 * k));
+            }
+            for (int j = 0; j < 4; ++j)
+              for (int t = 0; t < 2; ++t) {
+                const int sb = 8 * hh + 2 * j + t;
+                const VI32<Tag> sc = (as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h))
+                                      << (24 - 8 * (sb % 4))) >>
+                                     24;
+                tot = tot + s[j][t] * sc;
+              }
+          }
+          const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
+          acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, acc[h]);
+        }
+      }
+      for (int h = 0; h < kH; ++h) acc[h].store_unaligned(y + g * 16 + h * kL);
+    }
+  }
+
+  /// FormatKernels::gemm_packed (activations: plain Q8_K rows).
+  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    const auto* p = static_cast<const std::uint8_t*>(P);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n == 1) return gemv(p, g0, g1, cols, a, Y);
+    RowsGemm<Tag, Q6Rows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+  }
+};
+
+template <class Tag>
+struct PackedQ8_0 {
+  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ8_0);
+  using D = S8Dot<Tag>;
+  using S = Q8_0Simd<Tag>;  // its activation relayout: quants, per-dword bias sums, fp32 scales
+
+  static void gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const std::uint8_t* A, float* y) {
+    const std::int64_t nb = cols / 32;
+    const typename S::Act a = S::act(A, cols);
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::uint8_t* G = P + static_cast<std::size_t>(g * nb) * kGroupBlock;
+      VF<Tag> acc[kH];
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::uint8_t* gb = G + static_cast<std::size_t>(b) * kGroupBlock;
+        const std::int8_t* aq = a.qs + 32 * b;
+        std::int32_t bias = 0;
+        for (int u = 0; u < 8; ++u) bias += a.bias[8 * b + u];
+        const VF<Tag> da(a.d[b]);
+        for (int h = 0; h < kH; ++h) {
+          VI32<Tag> s(bias);
+#pragma GCC unroll 8
+          for (int u = 0; u < 8; ++u)
+            s = D::dot(s, as<std::int8_t>(packed_unit<Tag>(gb + 32, u, h)),
+                       bcast4<Tag>(aq + 4 * u));
+          acc[h] = fmadd<Tag>(xsimd::to_float(s), load_f16<Tag>(gb + 2 * kL * h) * da, acc[h]);
+        }
+      }
+      for (int h = 0; h < kH; ++h) acc[h].store_unaligned(y + g * 16 + h * kL);
+    }
+  }
+
+  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    const auto* p = static_cast<const std::uint8_t*>(P);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n == 1) return gemv(p, g0, g1, cols, a, Y);
+    RowsGemm<Tag, Q8_0Rows<Tag>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+  }
+};
+
+#endif
+
+/// Registers the packed-layout kernels of every packable format for ISA tag Tag (the scalar
+/// table has none: the driver unpacks each group there).
+template <class Tag>
+void register_packed(KernelTable& t) {
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (Tag::bytes >= 16) {
+    auto set = [&](Format f, auto gemm, auto bytes, auto relayout) {
+      FormatKernels& k = entry(t, f);
+      k.gemm_packed = gemm;
+      k.packed_act_bytes = bytes;
+      k.packed_act_relayout = relayout;
+    };
+    set(Format::q4_K, &PackedQ45<Tag, false>::gemm, &PackedQ45<Tag, false>::act_bytes,
+        &PackedQ45<Tag, false>::relayout);
+    set(Format::q5_K, &PackedQ45<Tag, true>::gemm, &PackedQ45<Tag, true>::act_bytes,
+        &PackedQ45<Tag, true>::relayout);
+    using NoBytes = std::size_t (*)(std::int64_t);
+    using NoRelayout = void (*)(const void*, std::int64_t, void*);
+    set(Format::q6_K, &PackedQ6<Tag>::gemm, NoBytes{}, NoRelayout{});
+    set(Format::q8_0, &PackedQ8_0<Tag>::gemm, &Q8_0Simd<Tag>::act_bytes, &Q8_0Simd<Tag>::relayout);
+  }
+#else
+  (void)t;
+#endif
+}
+
+}  // namespace
+}  // namespace nibble::kernels
