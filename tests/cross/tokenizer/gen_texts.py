@@ -95,7 +95,9 @@ CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", 
                 "'LL", "'D", "'x", "'"]
 WORDS = ['the', 'Hello', 'world', 'don', 'tokenizer', 'llama', 'ÄÖÜ', 'naïve', 'café', 'über',
          'Москва', 'Ελλάδα', '東京', '서울', 'नमस्ते', 'สวัสดี', 'مرحبا', 'שלום', '🦙', '👩‍👩‍👧',
-         '😶‍🌫️', 'ﬁ', 'Ⅻ', '½', '²', '٣', '१२३', '0x1F', '3.14159', '1,000,000']
+         '😶‍🌫️', 'ﬁ', 'Ⅻ', '½', '²', '٣', '१२३', '0x1F', '3.14159', '1,000,000',
+         # special-token texts (not parsed as such: parse_special = false)
+         '<|endoftext|>', '<s>', '</s>', '<unk>', '<|assistant|>', '<|end|>', '<|user|>']
 BAD_UTF8 = [b'\x80', b'\xbf', b'\xc3', b'\xe2\x82', b'\xf0\x9f\x98', b'\xc0\xaf', b'\xe0\x80\xaf',
             b'\xed\xa0\x80', b'\xf5\x80\x80\x80', b'\xf8\x88\x80\x80\x80', b'\xff', b'\xfe',
             b'\xf4\x90\x80\x80', b'\xf7\xbf\xbf\xbf', b'\xc1\xbf', b'\xe2\x28\xa1']
