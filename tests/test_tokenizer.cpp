@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -27,6 +28,7 @@
 #include "nibble/core/error.hpp"
 #include "nibble/io/gguf.hpp"
 #include "nibble/llm/tokenizer.hpp"
+#include "tiny_llama.hpp"
 
 namespace {
 
@@ -440,4 +442,23 @@ TEST(Tokenizer, LargeText) {
                 text.size(), ids.size(), s, text.size() / s / 1e6);
     EXPECT_GT(ids.size(), text.size() / 10);
   }
+}
+
+// The minimal SPM vocabulary of the tiny test models (tests/tiny_llama.hpp: <unk> <s> </s>, the
+// 256 byte tokens <0x00>.. at ids 3.., no space prefix): every byte of a text becomes its byte
+// token, spaces as the three bytes of U+2581 (llama-tokenize gives the same ids on this file).
+// Also writes the file for the `nibble perplexity / imatrix MODEL TEXT` ctests to
+// $NIBBLE_TOKENIZER_TINY_GGUF when that is set.
+TEST(Tokenizer, TinyModelVocabulary) {
+  const char* env = std::getenv("NIBBLE_TOKENIZER_TINY_GGUF");
+  const std::string path =
+      env && *env ? std::string(env) : ::testing::TempDir() + "nibble_tokenizer_tiny.gguf";
+  nibble::test::TinyLlama p;
+  p.n_vocab = 300;
+  nibble::test::write_tiny_llama(path, p);
+  const Tokenizer tok = Tokenizer::load(path);
+  EXPECT_EQ(tok.n_tokens(), 300);
+  const std::vector<std::int32_t> want = {1,        3 + 'H',  3 + 'i',  3 + 0xe2,
+                                          3 + 0x96, 3 + 0x81, 3 + 0xc3, 3 + 0xa9};
+  EXPECT_EQ(tok.tokenize("Hi \xc3\xa9", true), want);
 }
