@@ -9,6 +9,7 @@
 #include <queue>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "llm_pretokenize.hpp"
@@ -187,6 +188,8 @@ struct Tokenizer::Impl {
   std::vector<std::int32_t> special;  // control / user-defined / unknown tokens, longest first
   std::int32_t bos = -1, eos = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
+  bool spm_split = false;                       // SPM: merge between impossible pairs separately
+  std::unordered_set<std::uint64_t> spm_pairs;  // adjacent character pairs inside tokens
 
   std::int32_t id_of(std::string_view s) const {
     const auto it = to_id.find(s);
@@ -196,7 +199,10 @@ struct Tokenizer::Impl {
   void load(const gguf::File& f);
   void derive_attributes(const gguf::File& f, const std::int32_t (&set_ids)[8], bool eot_set[8]);
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  void build_spm_pairs();
   void spm_tokenize(const std::string& text, std::vector<std::int32_t>& out) const;
+  void spm_merge(const std::string& s, std::size_t begin, std::size_t end, std::vector<Symbol>& sym,
+                 std::vector<std::int32_t>& out) const;
   void bpe_tokenize(std::string_view text, std::vector<std::int32_t>& out) const;
   void bpe_word(const std::string& word, std::vector<Symbol>& syms, std::string& key,
                 std::vector<std::int32_t>& out) const;
@@ -323,6 +329,7 @@ void Tokenizer::Impl::load(const gguf::File& f) {
   if (bpe && pre_tok.family == "gemma4") add_bos = true;  // llama.cpp forces it for Gemma 4
 
   derive_attributes(f, ids, set);
+  if (!bpe) build_spm_pairs();
 }
 
 // llama.cpp's rules that change token attributes from the token texts and the model's names.
@@ -465,13 +472,70 @@ std::int32_t Tokenizer::Impl::spm_byte_token(unsigned char b) const {
   return id;
 }
 
+namespace {
+// The UTF-8 "character" (as the symbol splitting cuts it) at s[i .. i + n) as a number: its bytes,
+// big-endian (lead bytes make the lengths unambiguous).
+std::uint32_t pack_char(std::string_view s, std::size_t i, std::size_t n) {
+  std::uint32_t v = 0;
+  for (std::size_t k = 0; k < n; ++k) v = (v << 8) | static_cast<unsigned char>(s[i + k]);
+  return v;
+}
+}  // namespace
+
+void Tokenizer::Impl::build_spm_pairs() {
+  // Every pair of adjacent characters inside some token. Two adjacent characters of a text that
+  // no token holds side by side can never end up in one piece, so the merging can run on the
+  // stretches between such places independently, with the same result as on the whole text
+  // (merges never interact across them) and small priority queues. Not with a NaN score: the
+  // merge order is then not a strict weak ordering and only the whole text reproduces
+  // llama.cpp's queue.
+  spm_split = std::none_of(score.begin(), score.end(), [](float x) { return x != x; });
+  if (!spm_split) return;
+  for (const std::string& t : text) {
+    std::uint32_t prev = 0;
+    for (std::size_t off = 0; off < t.size();) {
+      const std::size_t n =
+          std::min(detail::utf8_len_from_lead(static_cast<unsigned char>(t[off])), t.size() - off);
+      const std::uint32_t c = pack_char(t, off, n);
+      if (off > 0) spm_pairs.insert((static_cast<std::uint64_t>(prev) << 32) | c);
+      prev = c;
+      off += n;
+    }
+  }
+}
+
 void Tokenizer::Impl::spm_tokenize(const std::string& s, std::vector<std::int32_t>& out) const {
   std::vector<Symbol> sym;
+  std::size_t seg = 0, prev_at = 0, prev_n = 0;
   for (std::size_t off = 0; off < s.size();) {
-    const std::size_t len =
+    const std::size_t n =
         std::min(detail::utf8_len_from_lead(static_cast<unsigned char>(s[off])), s.size() - off);
+    if (spm_split && off > 0) {
+      const std::uint64_t key =
+          (static_cast<std::uint64_t>(pack_char(s, prev_at, prev_n)) << 32) | pack_char(s, off, n);
+      if (spm_pairs.count(key) == 0) {
+        spm_merge(s, seg, off, sym, out);
+        seg = off;
+      }
+    }
+    prev_at = off;
+    prev_n = n;
+    off += n;
+  }
+  spm_merge(s, seg, s.size(), sym, out);
+}
+
+// llama.cpp's SPM merging of s[begin, end): adjacent pieces whose concatenation is a token are
+// merged, the highest-scoring (then leftmost) pair first; a final piece that is not a token
+// becomes its bytes' tokens.
+void Tokenizer::Impl::spm_merge(const std::string& s, std::size_t begin, std::size_t end,
+                                std::vector<Symbol>& sym, std::vector<std::int32_t>& out) const {
+  sym.clear();
+  for (std::size_t off = begin; off < end;) {
+    const std::size_t len =
+        std::min(detail::utf8_len_from_lead(static_cast<unsigned char>(s[off])), end - off);
     const int idx = static_cast<int>(sym.size());
-    sym.push_back({idx - 1, off + len == s.size() ? -1 : idx + 1, off, len});
+    sym.push_back({idx - 1, off + len == end ? -1 : idx + 1, off, len});
     off += len;
   }
   std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmLess> queue;
