@@ -7,7 +7,8 @@
 # 2. COUNT random texts (gen_texts.py: vocabulary pieces, many scripts, white space, malformed
 #    UTF-8) through llama_tokenize() and nibble side by side, with add_special 0 and 1, on every
 #    vocabulary and on variants (derive_vocab.py) that give the gpt-2, mpt and llama-spm
-#    vocabularies other pre-tokenizers and settings.
+#    vocabularies other pre-tokenizers and settings;
+# 3. `nibble tokenize` against `llama-tokenize` (their printed output) on some of those texts.
 # Prints one line per case and a total; exit status 1 if any id differs.
 set -euo pipefail
 if [ $# -lt 2 ]; then
@@ -122,6 +123,50 @@ variant llama-spm.eos llama-spm --bool tokenizer.ggml.add_eos_token=1 \
 variant llama-spm.user-defined llama-spm --token-type 1=4 --token-type 11526=4 --token-type 1552=4 \
   --token-type 29871=4
 variant phi-3.no-rstrip phi-3 --name other
+
+# 3. The command lines: `nibble tokenize` and `llama-tokenize --no-escape --no-parse-special`
+#    print the same bytes (CLI_COUNT texts per vocabulary, --ids and the piece listing, with
+#    and without --no-bos; texts llama.cpp cannot tokenize are left out).
+CLI_COUNT="${CLI_COUNT:-12}"
+LT="$LL/build/bin/llama-tokenize"
+if [ -x "$LT" ] && [ -x "$NB/nibble" ]; then
+  for v in "$M"/ggml-vocab-*.gguf; do
+    name="$(basename "$v" .gguf)"
+    [ -f "$WORK/$name.0.llama" ] || continue
+    "$PY" - "$WORK/$name.bin" "$WORK/$name.0.llama" "$WORK/cli" "$CLI_COUNT" <<'PY'
+import os, struct, sys
+raw, ids, out, count = open(sys.argv[1], 'rb').read(), open(sys.argv[2]).read().split('\n'), sys.argv[3], int(sys.argv[4])
+os.makedirs(out, exist_ok=True)
+for f in os.listdir(out):
+    os.remove(os.path.join(out, f))
+at, i, n = 0, 0, 0
+while at + 4 <= len(raw) and n < count:
+    k = struct.unpack('<I', raw[at:at + 4])[0]
+    text = raw[at + 4:at + 4 + k]
+    at += 4 + k
+    if ids[i] != 'ERR' and b'\0' not in text:
+        open(os.path.join(out, '%03d' % n), 'wb').write(text)
+        n += 1
+    i += 1
+PY
+    n=0
+    ok=0
+    for t in "$WORK"/cli/*; do
+      for flags in "--ids" "--ids --no-bos" ""; do
+        # shellcheck disable=SC2086
+        a=$("$LT" -m "$v" -f "$t" --no-escape --no-parse-special --log-disable $flags 2>/dev/null | md5sum)
+        # shellcheck disable=SC2086
+        b=$("$NB/nibble" tokenize "$v" -f "$t" $flags 2>/dev/null | md5sum)
+        n=$((n + 1))
+        [ "$a" = "$b" ] && ok=$((ok + 1))
+      done
+    done
+    echo "cli    $name: $ok/$n identical outputs"
+    total=$((total + n))
+    same=$((same + ok))
+    [ "$ok" -eq "$n" ] || fail=1
+  done
+fi
 
 echo "total: $same/$total identical"
 exit $fail
