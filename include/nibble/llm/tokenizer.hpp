@@ -35,15 +35,15 @@ namespace nibble::llm {
 /// llama.cpp's token attributes (llama_token_attr), as the tokenizer derives them from
 /// `tokenizer.ggml.token_type` and the token texts.
 enum TokenAttr : std::uint32_t {
-  kAttrUndefined = 0,
-  kAttrUnknown = 1u << 0,
-  kAttrUnused = 1u << 1,
-  kAttrNormal = 1u << 2,
-  kAttrControl = 1u << 3,
-  kAttrUserDefined = 1u << 4,
-  kAttrByte = 1u << 5,
-  kAttrLstrip = 1u << 7,
-  kAttrRstrip = 1u << 8,
+  kAttrUndefined = 0,          ///< token type 0 or unknown: renders as nothing
+  kAttrUnknown = 1u << 0,      ///< the unknown token (<unk>)
+  kAttrUnused = 1u << 1,       ///< an unused slot
+  kAttrNormal = 1u << 2,       ///< an ordinary piece of text
+  kAttrControl = 1u << 3,      ///< BOS, EOS, end-of-turn...: parsed only with parse_special
+  kAttrUserDefined = 1u << 4,  ///< always split out of the text before tokenizing the rest
+  kAttrByte = 1u << 5,         ///< a byte token <0xXX>
+  kAttrLstrip = 1u << 7,       ///< white space before it is dropped when it is split out
+  kAttrRstrip = 1u << 8,       ///< white space after it is dropped when it is split out
 };
 
 /// A text tokenizer. Cheap to copy (the vocabulary is shared and immutable); all const member
