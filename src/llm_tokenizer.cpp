@@ -176,7 +176,8 @@ bool c_isspace(char c) {
 // ---- the vocabulary ----
 
 struct Tokenizer::Impl {
-  bool bpe = false;
+  bool bpe = false;  // byte-level BPE (gpt2, gemma4)
+  bool wpm = false;  // WordPiece (bert); neither: SPM (llama)
   std::string model, pre;
   detail::PreTokenizer pre_tok;
   std::vector<std::string> text;
@@ -186,7 +187,8 @@ struct Tokenizer::Impl {
   std::string merge_keys;                                    // "first\xffsecond" back to back
   std::unordered_map<std::string_view, int> ranks;           // views into merge_keys
   std::vector<std::int32_t> special;  // control / user-defined / unknown tokens, longest first
-  std::int32_t bos = -1, eos = -1;
+  std::int32_t bos = -1, eos = -1, unk = -1, sep = -1;
+  std::size_t max_token_len = 0;  // bytes of the longest token text (WordPiece's search)
   bool add_bos = false, add_eos = false, add_space_prefix = false;
   bool spm_split = false;                       // SPM: merge between impossible pairs separately
   std::unordered_set<std::uint64_t> spm_pairs;  // adjacent character pairs inside tokens
@@ -201,6 +203,7 @@ struct Tokenizer::Impl {
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
   void build_spm_pairs();
   void spm_tokenize(const std::string& text, std::vector<std::int32_t>& out) const;
+  void wpm_tokenize(std::string_view text, std::vector<std::int32_t>& out) const;
   void spm_merge(const std::string& s, std::size_t begin, std::size_t end, std::vector<Symbol>& sym,
                  std::vector<std::int32_t>& out) const;
   void bpe_tokenize(std::string_view text, std::vector<std::int32_t>& out) const;
@@ -217,6 +220,7 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     bpe = false;
     bos = 1;
     eos = 2;
+    unk = 0;
     add_space_prefix = true;
     add_bos = true;
   } else if (model == "gpt2" || model == "gemma4") {
@@ -225,9 +229,15 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     if (model == "gemma4") pre_name = "gemma4";
   } else if (model == "no_vocab" || model == "none") {
     fail("tokenizer: the model has no vocabulary (tokenizer.ggml.model = \"", model, "\")");
-  } else if (model == "bert" || model == "t5" || model == "rwkv" || model == "plamo2") {
+  } else if (model == "bert") {
+    wpm = true;
+    bos = 101;  // [CLS]
+    unk = 100;
+    sep = 102;
+    add_bos = true;
+  } else if (model == "t5" || model == "rwkv" || model == "plamo2") {
     fail("tokenizer: tokenizer.ggml.model = \"", model,
-         "\" is not supported by nibble (supported: llama, gpt2, gemma4)");
+         "\" is not supported by nibble (supported: llama, gpt2, gemma4, bert)");
   } else {
     fail("tokenizer: unknown tokenizer model tokenizer.ggml.model = \"", model, "\"");
   }
@@ -310,6 +320,8 @@ void Tokenizer::Impl::load(const gguf::File& f) {
   // Special token ids (a key with an id outside the vocabulary is ignored, as llama.cpp does).
   get_token_id(f, "tokenizer.ggml.bos_token_id", n, bos);
   get_token_id(f, "tokenizer.ggml.eos_token_id", n, eos);
+  get_token_id(f, "tokenizer.ggml.unknown_token_id", n, unk);
+  get_token_id(f, "tokenizer.ggml.seperator_token_id", n, sep);  // sic, llama.cpp's key
   // EOT, EOM, FIM prefix / suffix / middle / pad / repo / separator: set by a key or detected
   // from the token texts below.
   std::int32_t ids[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
@@ -329,7 +341,8 @@ void Tokenizer::Impl::load(const gguf::File& f) {
   if (bpe && pre_tok.family == "gemma4") add_bos = true;  // llama.cpp forces it for Gemma 4
 
   derive_attributes(f, ids, set);
-  if (!bpe) build_spm_pairs();
+  for (const std::string& t : text) max_token_len = std::max(max_token_len, t.size());
+  if (!bpe && !wpm) build_spm_pairs();
 }
 
 // llama.cpp's rules that change token attributes from the token texts and the model's names.
@@ -678,6 +691,77 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view s, std::vector<std::int32_t>
   }
 }
 
+// ---- WordPiece (BERT) ----
+
+namespace {
+// The CJK ideographs that BERT's normaliser makes words of their own (its ranges, including the
+// Hugging Face implementation's start of Extension E at U+2B920).
+bool bert_chinese(std::uint32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+}  // namespace
+
+void Tokenizer::Impl::wpm_tokenize(std::string_view s, std::vector<std::int32_t>& out) const {
+  // Normalise (first code point of each code point's NFD, lower case, control characters
+  // dropped) and split at white space, punctuation, ASCII symbols and CJK ideographs.
+  std::vector<std::uint32_t> cps;
+  detail::decode_utf8_lenient(s, cps);
+  std::vector<std::string> words(1);
+  for (std::uint32_t cp : cps) {
+    cp = detail::unicode_nfd_first(cp);
+    const std::uint8_t cl = detail::unicode_class(cp);
+    if (cl & detail::kUnicodeWhiteSpace) {
+      if (!words.back().empty()) words.emplace_back();
+      continue;
+    }
+    const std::uint8_t cat = cl & 7;
+    if (cp == 0 || cp == 0xfffd || cat == detail::kCatOther) continue;
+    std::string u;
+    if (!detail::append_utf8(u, detail::unicode_tolower(cp))) {
+      fail("tokenizer: the text holds the code point 0x", std::hex, cp,
+           " (a 4-byte UTF-8 form above U+10FFFF), which llama.cpp cannot tokenize either");
+    }
+    if (cat == detail::kCatPunct || (cp < 0x7f && cat == detail::kCatSymbol) || bert_chinese(cp)) {
+      if (!words.back().empty()) words.emplace_back();
+      words.back() = u;
+      words.emplace_back();
+    } else {
+      words.back() += u;
+    }
+  }
+  // Each word, with U+2581 in front, as the longest tokens from the left; a word that cannot be
+  // covered this way is the unknown token.
+  std::string w;
+  for (const std::string& word : words) {
+    if (word.empty()) continue;
+    w = kSpaceEscape + word;
+    const std::size_t n = w.size(), before = out.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      bool found = false;
+      for (std::size_t j = std::min(n, i + max_token_len + 1); j > i; --j) {
+        const std::int32_t id = id_of(std::string_view(w).substr(i, j - i));
+        if (id >= 0) {
+          out.push_back(id);
+          found = true;
+          i = j - 1;
+          break;
+        }
+      }
+      if (!found) {
+        out.resize(before);
+        break;
+      }
+    }
+    if (out.size() == before) {
+      if (unk < 0) fail("tokenizer: a word has no tokens and the vocabulary no unknown token");
+      out.push_back(unk);
+    }
+  }
+}
+
 // ---- Tokenizer ----
 
 Tokenizer::Tokenizer() = default;
@@ -717,6 +801,19 @@ std::vector<std::int32_t> Tokenizer::tokenize(std::string_view text, bool add_sp
   };
   std::vector<std::int32_t> out;
   const std::vector<Fragment> frags = v.partition(text, parse_special);
+  if (v.wpm) {
+    // WordPiece: [CLS] text [SEP] with add_special, whatever add_bos says (as llama.cpp).
+    if (add_special) out.push_back(special_id(v.bos, "BOS"));
+    for (const Fragment& fr : frags) {
+      if (fr.token >= 0) {
+        out.push_back(fr.token);
+      } else {
+        v.wpm_tokenize(text.substr(fr.offset, fr.len), out);
+      }
+    }
+    if (add_special) out.push_back(special_id(v.sep, "SEP"));
+    return out;
+  }
   if (add_special && v.add_bos) out.push_back(special_id(v.bos, "BOS"));
   if (!v.bpe) {
     bool prev_special = true;  // a leading space before the first text and after special tokens
@@ -759,7 +856,7 @@ std::string Tokenizer::token_to_piece(std::int32_t id, bool special) const {
   if (a & (kAttrControl | kAttrUnknown)) return special ? t : std::string();
   if (a & kAttrUserDefined) return t;
   if (a & kAttrNormal) {
-    if (!v.bpe || v.pre_tok.escape_whitespace) {
+    if (!v.bpe || v.pre_tok.escape_whitespace) {  // SPM, WordPiece, gemma4
       std::string r;
       for (std::size_t i = 0; i < t.size();) {
         if (t.compare(i, 3, kSpaceEscape) == 0) {

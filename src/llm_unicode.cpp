@@ -1,6 +1,7 @@
 // nibble (internal): Unicode class lookup, lenient UTF-8 decoding, GPT-2 byte mapping.
 #include "llm_unicode.hpp"
 
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
@@ -134,6 +135,22 @@ bool append_utf8(std::string& out, std::uint32_t cp) {
     return false;
   }
   return true;
+}
+
+std::uint32_t unicode_tolower(std::uint32_t cp) {
+  const auto* end = kUnicodeLower + kUnicodeLowerCount;
+  const auto* it = std::lower_bound(
+      kUnicodeLower, end, cp, [](const std::uint32_t(&e)[2], std::uint32_t c) { return e[0] < c; });
+  return it != end && (*it)[0] == cp ? (*it)[1] : cp;
+}
+
+std::uint32_t unicode_nfd_first(std::uint32_t cp) {
+  const auto* end = kUnicodeNfd + kUnicodeNfdCount;
+  const auto* it = std::upper_bound(
+      kUnicodeNfd, end, cp, [](std::uint32_t c, const std::uint32_t(&e)[3]) { return c < e[0]; });
+  if (it == kUnicodeNfd) return cp;
+  --it;
+  return cp <= (*it)[1] ? (*it)[2] : cp;
 }
 
 const std::string& byte_to_unicode(std::uint8_t b) {

@@ -33,6 +33,21 @@ extern const std::uint32_t kUnicodeRanges[];
 /// Number of entries of kUnicodeRanges.
 extern const std::size_t kUnicodeRangeCount;
 
+/// Simple lower-case mappings: {code point, lower case}, sorted (generated).
+extern const std::uint32_t kUnicodeLower[][2];
+/// Number of entries of kUnicodeLower.
+extern const std::size_t kUnicodeLowerCount;
+/// NFD first code points: {first, last, code point}, sorted (generated).
+extern const std::uint32_t kUnicodeNfd[][3];
+/// Number of entries of kUnicodeNfd.
+extern const std::size_t kUnicodeNfdCount;
+
+/// The simple lower case of `cp` (UnicodeData.txt), or cp itself.
+std::uint32_t unicode_tolower(std::uint32_t cp);
+
+/// The first code point of the canonical decomposition (NFD) of `cp`, or cp itself.
+std::uint32_t unicode_nfd_first(std::uint32_t cp);
+
 /// Class byte of code point `cp` (category | kUnicodeWhiteSpace); code points above U+10FFFF
 /// are kCatUndefined.
 std::uint8_t unicode_class(std::uint32_t cp);

@@ -2,12 +2,12 @@
 //
 // Expected ids all come from llama.cpp, never from nibble: the vocabulary test suites of
 // llama.cpp (models/ggml-vocab-*.gguf.inp / .out, made with the Hugging Face tokenizers) for the
-// gpt-2 and phi-3 vocabularies, and llama_tokenize() on 200 random texts (random_texts.bin:
-// vocabulary pieces, many scripts, white space, malformed UTF-8) for every variant of
-// tests/data/tokenizer/variants.txt -- the two vocabularies with other pre-tokenizers
-// (tokenizer.ggml.pre), user-defined tokens and settings, applied here to the parsed metadata
-// exactly as tests/cross/tokenizer/derive_vocab.py applied them to the files llama.cpp read
-// (tests/cross/tokenizer/make_expected.sh). Plus round trips through token_to_piece, the
+// gpt-2 (byte-level BPE), phi-3 (SPM) and bert-bge (WordPiece) vocabularies, and llama_tokenize()
+// on 200 random texts (random_texts.bin: vocabulary pieces, many scripts, white space, malformed
+// UTF-8) for every variant of tests/data/tokenizer/variants.txt -- the vocabularies with other
+// pre-tokenizers (tokenizer.ggml.pre), user-defined tokens and settings, applied here to the parsed
+// metadata exactly as tests/cross/tokenizer/derive_vocab.py applied them to the files llama.cpp
+// read (tests/cross/tokenizer/make_expected.sh). Plus round trips through token_to_piece, the
 // errors, and concurrent use.
 #include <gtest/gtest.h>
 
@@ -197,13 +197,17 @@ TEST(Tokenizer, LlamaCppSuitePhi3) {
   run_llama_suite("phi-3");
 }
 
+TEST(Tokenizer, LlamaCppSuiteBertBge) {
+  run_llama_suite("bert-bge");
+}
+
 // Every variant of variants.txt on the random texts, against llama_tokenize()'s ids ("ERR": it
 // threw, for a 4-byte UTF-8 form above U+10FFFF in a BPE text; nibble throws nibble::Error).
 TEST(Tokenizer, RandomTextsAllVariants) {
   const std::vector<std::string> texts = random_texts();
   ASSERT_EQ(texts.size(), 200u);
   const std::vector<Variant> vs = variants();
-  ASSERT_GE(vs.size(), 15u);
+  ASSERT_GE(vs.size(), 19u);
   for (const Variant& v : vs) {
     SCOPED_TRACE(v.name);
     const g::File f = derive(v.base, v.opts);
@@ -254,6 +258,9 @@ TEST(Tokenizer, PiecesAsLlamaTokenize) {
   EXPECT_EQ(phi3.token_to_piece(15043), " Hello");
   EXPECT_EQ(phi3.token_to_piece(29871), " ");
   EXPECT_EQ(phi3.token_to_piece(13), "\n");  // byte token <0x0A>
+  const Tokenizer bert = Tokenizer::from_gguf(vocab_file("bert-bge"));
+  EXPECT_EQ(bert.token_to_piece(101), "[CLS]");
+  EXPECT_EQ(bert.token_to_piece(7592), " hello");
   const Tokenizer gpt2 = Tokenizer::from_gguf(vocab_file("gpt-2"));
   EXPECT_EQ(gpt2.token_to_piece(1902), " Gr");
   EXPECT_EQ(gpt2.token_to_piece(9116), "\xc3\xbc");        // ü

@@ -11,6 +11,9 @@
 //     gpt-2 / mpt / olmo / ... , starcoder / refact / command-r / ..., dbrx, smaug-bpe, chatglm,
 //     bloom, viking, gemma4 (see docs/tokenizer.md for the full list).
 //   - "gemma4": the SentencePiece-like BPE of Gemma 4 (U+2581 spaces, raw UTF-8, <0xXX> bytes).
+//   - "bert": WordPiece (BERT): NFD first code points, lower case, words split at white space,
+//     punctuation and CJK ideographs, each word as its longest tokens from the left (else [UNK]);
+//     add_special puts [CLS] before and [SEP] after.
 // BOS / EOS follow `tokenizer.ggml.add_bos_token` / `add_eos_token`, with llama.cpp's defaults
 // when absent (SPM: BOS yes; BPE: no, except for the llama3 and gemma4 families).
 //
@@ -91,7 +94,7 @@ class Tokenizer {
   /// The id of the token whose text is exactly `text`, or -1.
   std::int32_t find_token(std::string_view text) const;
 
-  /// `tokenizer.ggml.model`: "llama", "gpt2" or "gemma4".
+  /// `tokenizer.ggml.model`: "llama", "gpt2", "gemma4" or "bert".
   const std::string& model() const;
   /// `tokenizer.ggml.pre` as given ("" when absent).
   const std::string& pre() const;

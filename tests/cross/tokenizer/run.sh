@@ -94,7 +94,7 @@ for v in "$M"/ggml-vocab-*.gguf; do
 import sys; sys.path.insert(0, '$HERE')
 from gen_texts import read_tokens
 print(read_tokens('$v')[1])")
-  case "$model" in llama | gpt2) ;; *) echo "random $name: skipped (tokenizer model $model)"; continue ;; esac
+  case "$model" in llama | gpt2 | bert) ;; *) echo "random $name: skipped (tokenizer model $model)"; continue ;; esac
   compare "$name" "$v" $seed
   seed=$((seed + 1))
 done
