@@ -671,6 +671,10 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view s, std::vector<std::int32_t>
   const std::vector<std::size_t> words = detail::pre_tokenize(pre_tok.steps, cps);
   std::vector<Symbol> sym;
   std::string word, encoded, key;
+  // The ids of the short words already seen in this text (a word's ids depend on it alone).
+  constexpr std::size_t kCacheWordBytes = 32, kCacheWords = 1 << 16;
+  std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> cache;
+  std::vector<std::int32_t> cached;
   std::size_t at = 0;
   for (const std::size_t len : words) {
     word.clear();
@@ -681,12 +685,27 @@ void Tokenizer::Impl::bpe_tokenize(std::string_view s, std::vector<std::int32_t>
       }
     }
     at += len;
+    const bool cacheable = word.size() <= kCacheWordBytes;
+    if (cacheable) {
+      const auto it = cache.find(word);
+      if (it != cache.end()) {
+        out.insert(out.end(), cached.begin() + static_cast<std::ptrdiff_t>(it->second.first),
+                   cached.begin() + static_cast<std::ptrdiff_t>(it->second.second));
+        continue;
+      }
+    }
+    const std::size_t before = out.size();
     if (pre_tok.byte_encode) {
       encoded.clear();
       for (const char c : word) encoded += detail::byte_to_unicode(static_cast<unsigned char>(c));
       bpe_word(encoded, sym, key, out);
     } else {
       bpe_word(word, sym, key, out);
+    }
+    if (cacheable && cache.size() < kCacheWords) {
+      const std::size_t b = cached.size();
+      cached.insert(cached.end(), out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
+      cache.emplace(word, std::make_pair(b, cached.size()));
     }
   }
 }
