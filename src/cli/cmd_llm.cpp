@@ -20,6 +20,7 @@
 #include "nibble/llm/imatrix.hpp"
 #include "nibble/llm/model.hpp"
 #include "nibble/llm/perplexity.hpp"
+#include "nibble/llm/tokenizer.hpp"
 
 namespace {
 
@@ -36,6 +37,24 @@ struct VocabInfo {
 
 VocabInfo vocab_info(const nibble::gguf::File& f) {
   VocabInfo v;
+  // The tokenizer knows llama.cpp's defaults for every vocabulary type and pre-tokenizer; a
+  // model whose vocabulary it cannot build (with --tokens, only these facts are needed) falls
+  // back to the keys themselves.
+  if (f.find("tokenizer.ggml.model")) {
+    bool built = false;
+    try {
+      const nibble::llm::Tokenizer t = nibble::llm::Tokenizer::from_gguf(f);
+      v.bos = t.bos();
+      v.add_bos = t.add_bos();
+      v.add_eos = t.add_eos();
+      built = true;
+    } catch (const nibble::Error&) {
+    }
+    if (built) {
+      if (v.add_bos && v.bos < 0) fail("the vocabulary adds BOS but has no BOS token");
+      return v;
+    }
+  }
   std::string model;
   if (const auto* kv = f.find("tokenizer.ggml.model")) model = kv->value.as_string();
   // llama.cpp's defaults: SPM ("llama") vocabularies add BOS, the others do not.
@@ -52,15 +71,10 @@ VocabInfo vocab_info(const nibble::gguf::File& f) {
   return v;
 }
 
-// THE tokenizer hook: the tokens of `text` (with BOS when the vocabulary adds it, no special
-// token parsing), as llama.cpp's common_tokenize(ctx, text, true). To be wired to
-// nibble::Tokenizer::from_gguf(f).tokenize(text, true, false) when it lands.
+// The tokens of `text` as llama.cpp's common_tokenize(ctx, text, add_special = true,
+// parse_special = false): BOS (and EOS) when the vocabulary adds them, special tokens not parsed.
 std::vector<std::int32_t> tokenize_text(const nibble::gguf::File& f, const std::string& text) {
-  (void)f;
-  (void)text;
-  fail(
-      "text tokenization is not available in this build yet; pass the token ids with "
-      "--tokens FILE (whitespace-separated integers)");
+  return nibble::llm::Tokenizer::from_gguf(f).tokenize(text, true, false);
 }
 
 std::string read_file(const std::string& path) {

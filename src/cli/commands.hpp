@@ -17,6 +17,10 @@ int cmd_perplexity(int argc, char** argv);
 /// [--tokens FILE]`: llama-imatrix.
 int cmd_imatrix(int argc, char** argv);
 
+/// `nibble tokenize MODEL.gguf (-p TEXT | -f FILE | --stdin) [--ids] [--no-bos]`: the tokens
+/// of a text, printed like llama-tokenize (--no-escape --no-parse-special).
+int cmd_tokenize(int argc, char** argv);
+
 /// `nibble bench MODEL.gguf [-t N] [--min-time S] [--membw-bytes N]`: the model decode step
 /// (one GEMV through every linear weight of the file, weights in DRAM) in tokens/s and as a
 /// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N).

@@ -52,6 +52,8 @@ void usage(std::FILE* out) {
                "             llama-perplexity (llama, qwen2); see `nibble perplexity --help`\n"
                "  imatrix    MODEL.gguf TEXT -o OUT [options]: importance matrix like\n"
                "             llama-imatrix; see `nibble imatrix --help`\n"
+               "  tokenize   MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos]: the tokens of a\n"
+               "             text, printed like llama-tokenize; see `nibble tokenize --help`\n"
                "  bench      [nibble-bench options]: run the kernel comparison on this machine\n"
                "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
                "             and print the ratio table; runs `nibble-bench --summary`, which\n"
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return cmd_info(argc - 2, argv + 2);
     if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);
     if (cmd == "imatrix") return cmd_imatrix(argc - 2, argv + 2);
+    if (cmd == "tokenize") return cmd_tokenize(argc - 2, argv + 2);
 #endif
     std::fprintf(stderr, "nibble: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);

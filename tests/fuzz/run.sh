@@ -3,6 +3,7 @@
 # each for a bounded time.
 #   usage: tests/fuzz/run.sh BUILD_DIR SECONDS
 # Targets: fuzz_gguf (GGUF reader + writer fixed point), fuzz_imatrix (imatrix reader),
+# fuzz_tokenizer (the text tokenizer on arbitrary bytes, tests/data/tokenizer vocabularies),
 # fuzz_dequant_<fmt> for the block decoders q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K (the
 # dispatched nibble::dequantize on every ISA of this CPU against the header-only reference
 # decoder; fuzz_dequant.cpp also knows q4_0 q4_1 q5_0 q8_1 q2_K iq4_nl mxfp4 bf16, not run here to
@@ -42,9 +43,11 @@ build_target() {  # name source [extra flags...]
     -I"$ROOT/include" -I"$BUILD/lib/kinc" $EIGEN_INC \
     "$ROOT/tests/fuzz/$src" "$BUILD/lib/libnibble.a" -o "$BUILD/$name"
 }
-targets=(fuzz_gguf fuzz_imatrix)
+targets=(fuzz_gguf fuzz_imatrix fuzz_tokenizer)
 build_target fuzz_gguf fuzz_gguf.cpp
 build_target fuzz_imatrix fuzz_imatrix.cpp
+build_target fuzz_tokenizer fuzz_tokenizer.cpp \
+  -DNIBBLE_FUZZ_TOKENIZER_DATA="\"$ROOT/tests/data/tokenizer\""
 for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K; do
   build_target "fuzz_dequant_$f" fuzz_dequant.cpp -DNIBBLE_FUZZ_FORMAT="$f"
   targets+=("fuzz_dequant_$f")
@@ -76,6 +79,11 @@ for name, v in (('gguf_v3', 3), ('gguf_v2', 2)):
 im = struct.pack('<i', 1) + struct.pack('<i', 3) + b'a.w' + struct.pack('<ii', 2, 2) + struct.pack('<ff', 1, 2)
 im += struct.pack('<ii', 5, 4) + b'wiki'
 open(os.path.join(d, 'imatrix_legacy'), 'wb').write(im)
+# tokenizer: a selector byte, then the text
+texts = ["Hello world, it's 2024!\n  \tx", "Gr\u00fc\u00dfe \U0001f999 \u6771 \u0661 \u3000 a\u0301",
+         "<s>Hi<|end|>  there 'll'RE 12345"]
+for i, t in enumerate(texts):
+    open(os.path.join(d, 'text%d' % i), 'wb').write(bytes([i * 37 % 256]) + t.encode() + (b'\xff\xc3' if i == 2 else b''))
 PY
 
 # 4. Run.
