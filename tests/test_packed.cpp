@@ -53,8 +53,21 @@ std::size_t packed_offset(Format f, std::size_t k, int i) {
     return 16 * field_off + (16 * (kk / unit) + i) * unit + kk % unit;
   };
   switch (f) {
-    case Format::q6_K:  // ql, qh, scales (208 bytes, 4-byte units), then d (fp16)
-      return k < 208 ? at(0, 4) : at(208, 2);
+    case Format::q6_K: {  // 4-byte units of ql / ql / qh interleaved per half, scales, d
+      if (k >= 208) return 16 * 208 + 2 * i + (k - 208);  // d: 2-byte unit after 208 bytes
+      if (k >= 192) return 16 * 192 + 4 * (16 * ((k - 192) / 4) + i) + k % 4;  // the scales
+      // unit (source dword) q of ql (q < 32) or qh (q >= 32): storage slot of that dword
+      const std::size_t q = k / 4;
+      std::size_t slot;
+      if (q < 32) {
+        const std::size_t hh = q / 16, r = q % 16;
+        slot = 24 * hh + 3 * (r % 8) + (r / 8);
+      } else {
+        const std::size_t hq = q - 32, hh = hq / 8;
+        slot = 24 * hh + 3 * (hq % 8) + 2;
+      }
+      return 64 * slot + 4 * i + k % 4;
+    }
     case Format::q8_0:  // d (fp16), then 32 quants
       return k < 2 ? at(0, 2) : at(2, 4);
     default:  // q4_K, q5_K: the whole block in 4-byte units

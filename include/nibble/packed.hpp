@@ -2,11 +2,17 @@
 //
 // The packed layout holds exactly the bytes of the GGUF layout, permuted. Rows are taken in
 // groups of kPackedGroupRows (16). For each full group and each block column b, the 16 blocks
-// b of the group's rows are stored together, field by field: every field of the block (for
-// example Q4_K's whole 144 bytes, or Q8_0's fp16 scale and its 32 quants) is cut into units
-// (4 bytes; 2 for an fp16 scalar) and unit u of row i of the group lands at
-//   16 * field_offset + (16 * u + i) * unit_bytes
-// within the group's block b (16 * block_bytes bytes). The rows after the last full group keep
+// b of the group's rows are stored together (16 * block_bytes bytes), field by field: the block
+// is cut into fields, each field into units (4 bytes; 2 for an fp16 scalar), and unit u of a
+// field of row i of the group lands at
+//   16 * (bytes of the fields stored before it) + (16 * u + i) * unit_bytes
+// within the group's block. The fields, in storage order:
+//   q4_K, q5_K  the whole block (144, 176 bytes)
+//   q6_K        for each half hh = 0, 1 and k = 0..7: ql bytes 4 (16 hh + k) .. + 3, ql bytes
+//               4 (16 hh + 8 + k) .. + 3, qh bytes 4 (8 hh + k) .. + 3; then the 16 scales; then
+//               d (2-byte unit)
+//   q8_0        d (2-byte unit); then the 32 quants
+// (the order in which the kernels read them). The rows after the last full group keep
 // the plain GGUF layout, at the end. So a packed matrix has rows * row_bytes(f, cols) bytes, like
 // the plain one; it can be written to disk and mapped as it is, and unpack() gives back the GGUF
 // bytes exactly.

@@ -4,12 +4,13 @@
 // int32 lane), so the int8 dots run against broadcast activation dwords with no shuffles, and
 // the weights stream in one sequential pass.
 //
-// Q6_K group block (16 x 210 bytes): units 0..31 ql, 32..47 qh, 48..51 the 16 int8 scales, then
-// the 16 fp16 d (2 bytes per row). Value 128 hh + 32 j + l (half hh, quarter j, l = 4k..4k+3 of
-// unit k) has its low 4 bits in ql unit 16 hh + k (j = 0, 2: low / high nibble) or
-// 16 hh + 8 + k (j = 1, 3), its top 2 bits at bit 2j of qh unit 32 + 8 hh + k; its sub-block is
-// 8 hh + 2 j + k / 4. Sums start at -32 * (activation sum of the sub-block) (the level offset),
-// are scaled by the signed 6-bit... int8 scale in int32, and go to float once per block.
+// Q6_K group block (16 x 210 bytes): for half hh and k = 0..7, units 24 hh + 3 k (ql bytes
+// 4 (16 hh + k) ..), + 1 (ql bytes 4 (16 hh + 8 + k) ..) and + 2 (qh bytes 4 (8 hh + k) ..); units
+// 48..51 the 16 int8 scales; then the 16 fp16 d (2 bytes per row). Value 128 hh + 32 j + l (quarter
+// j, l = 4k..4k+3) has its low 4 bits in the first ql unit (j = 0, 2: low / high nibble) or the
+// second (j = 1, 3), its top 2 bits at bits 2j of the qh unit; its sub-block is 8 hh + 2 j + k / 4.
+// Sums start at -32 * (activation sum of the sub-block) (the level offset), are scaled by the
+// signed int8 scale in int32, and go to float once per block.
 //
 // Q8_0 group block (16 x 34 bytes): the 16 fp16 d, then units 0..7 of the quants. Signed weights
 // through S8Dot (VNNI: w + 128 against an accumulator starting at -128 * sum(a)).
@@ -70,9 +71,9 @@ struct PackedQ6 {
               for (int t = 0; t < 2; ++t) s[j][t] = VI32<Tag>(-32 * ab.bsums[8 * hh + 2 * j + t]);
 #pragma GCC unroll 8
             for (int k = 0; k < 8; ++k) {
-              const VU32<Tag> qa = packed_unit<Tag>(gb, 16 * hh + k, h);
-              const VU32<Tag> qb = packed_unit<Tag>(gb, 16 * hh + 8 + k, h);
-              const VU32<Tag> qh = packed_unit<Tag>(gb, 32 + 8 * hh + k, h);
+              const VU32<Tag> qa = packed_unit<Tag>(gb, 24 * hh + 3 * k, h);
+              const VU32<Tag> qb = packed_unit<Tag>(gb, 24 * hh + 3 * k + 1, h);
+              const VU32<Tag> qh = packed_unit<Tag>(gb, 24 * hh + 3 * k + 2, h);
               const VU32<Tag> lv[4] = {(qa & m4) | ((qh << 4) & m30), (qb & m4) | ((qh << 2) & m30),
                                        ((qa >> 4) & m4) | (qh & m30),
                                        ((qb >> 4) & m4) | ((qh >> 2) & m30)};

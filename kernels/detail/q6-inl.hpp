@@ -268,7 +268,9 @@ struct Q6Rows {
     for (int hh = 0; hh < 2; ++hh)
       for (int pp = 0; pp < 64; pp += 4) {  // ql bytes of the half
         const int g = pp / 32;
-        const VU32<Tag> q = unit(16 * hh + pp / 4), hb = unit(32 + 8 * hh + (pp % 32) / 4);
+        const int r = pp / 4;  // ql dword of the half, its qh dword: storage slots (packed.hpp)
+        const VU32<Tag> q = unit(24 * hh + 3 * (r % 8) + r / 8);
+        const VU32<Tag> hb = unit(24 * hh + 3 * ((pp % 32) / 4) + 2);
         lv[(128 * hh + pp) / 4] = as<std::uint8_t>((q & m4) | (((hb >> (2 * g)) & m3) << 4));
         lv[(128 * hh + 64 + pp) / 4] =
             as<std::uint8_t>(((q >> 4) & m4) | (((hb >> (4 + 2 * g)) & m3) << 4));
