@@ -23,17 +23,20 @@ enum class Residency {
 // Runs one product benchmark. Weights are rotated over WeightSet::copies for n = 1 (cold) and
 // copy 0 is reused for n > 1 (warm: prefill is compute-bound) and for the warm GEMV rows.
 void run_product(benchmark::State& st, const std::string& name, Format f, Isa isa, Shape s, int n,
-                 int threads, Residency where = Residency::model) {
+                 int threads, Residency where = Residency::model, bool packed = false) {
   const bool cold = n == 1 && where == Residency::model;
   try {
-    const WeightSet& w = where == Residency::model ? weight_set(f, s) : warm_weight_set(f, s);
+    const WeightSet& w =
+        where == Residency::model ? weight_set(f, s, packed) : warm_weight_set(f, s, packed);
     nibble::Context ctx;
     ctx.isa = isa;
     ctx.threads = threads;
     const std::vector<float> X = activations(n, s.cols);
     std::vector<float> Y(static_cast<std::size_t>(n * s.rows));
     auto call = [&](const void* W) {
-      if (n == 1) {
+      if (packed) {
+        nibble::gemm(ctx, nibble::PackedWeights::view(f, W, s.rows, s.cols), X.data(), n, Y.data());
+      } else if (n == 1) {
         nibble::gemv(ctx, f, W, s.rows, s.cols, X.data(), Y.data());
       } else {
         nibble::gemm(ctx, f, W, s.rows, s.cols, X.data(), n, Y.data());
@@ -74,16 +77,21 @@ bool scalar_case(Shape s, int n) {
 
 }  // namespace
 
-void register_nibble_products(Shape s, Format f, const std::vector<Isa>& isas) {
-  const std::string fname = nibble::traits(f).name;
+void register_nibble_products(Shape s, Format f, const std::vector<Isa>& isas, bool packed) {
+  // The packed layout (nibble/packed.hpp) is a format of its own in the names: "q4_K.x16".
+  const std::string fname = std::string(nibble::traits(f).name) + (packed ? ".x16" : "");
   for (int n : batch_sizes()) {
     for (Isa isa : isas) {
       if (isa == Isa::scalar && !scalar_case(s, n)) continue;
+      if (packed && isa == Isa::scalar) continue;  // the scalar table unpacks: not a kernel
       for (int t : thread_counts()) {
         const std::string name = bench_name(n == 1 ? "gemv" : "gemm", fname, nibble::isa_name(isa),
                                             s, n, t, n == 1 ? "cold" : "warm");
-        benchmark::RegisterBenchmark(
-            name.c_str(), [=](benchmark::State& st) { run_product(st, name, f, isa, s, n, t); })
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& st) {
+                                       run_product(st, name, f, isa, s, n, t, Residency::model,
+                                                   packed);
+                                     })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
@@ -97,11 +105,12 @@ void register_nibble_products(Shape s, Format f, const std::vector<Isa>& isas) {
     const Shape ws = warm_shape(f, where == Residency::warm_l3);
     const char* tag = where == Residency::warm_l2 ? "warm_l2" : "warm_l3";
     for (Isa isa : isas) {
+      if (packed && isa == Isa::scalar) continue;
       for (int t : thread_counts()) {
         const std::string name = bench_name("gemv", fname, nibble::isa_name(isa), ws, 1, t, tag);
         benchmark::RegisterBenchmark(
             name.c_str(),
-            [=](benchmark::State& st) { run_product(st, name, f, isa, ws, 1, t, where); })
+            [=](benchmark::State& st) { run_product(st, name, f, isa, ws, 1, t, where, packed); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

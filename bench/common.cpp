@@ -183,9 +183,22 @@ const float* source_weights(Shape s) {
 
 }  // namespace
 
-const WeightSet& weight_set(nibble::Format f, Shape s) {
+namespace {
+// Copy 0 of a weight set: quantized from src, then packed when the set is packed.
+void fill_copy0(WeightSet& w, const float* src) {
+  char* base = w.buffer.as<char>();
+  nibble::quantize(w.format, src, w.shape.rows, w.shape.cols, base);
+  if (w.packed) {
+    std::vector<char> plain(base, base + w.bytes);
+    nibble::pack(nibble::Context{}, w.format, plain.data(), w.shape.rows, w.shape.cols, base);
+  }
+}
+}  // namespace
+
+const WeightSet& weight_set(nibble::Format f, Shape s, bool packed) {
   std::unique_ptr<WeightSet>& slot = weight_slot();
-  if (slot && slot->format == f && slot->shape.rows == s.rows && slot->shape.cols == s.cols) {
+  if (slot && slot->format == f && slot->packed == packed && slot->shape.rows == s.rows &&
+      slot->shape.cols == s.cols) {
     return *slot;
   }
   slot.reset();
@@ -194,13 +207,14 @@ const WeightSet& weight_set(nibble::Format f, Shape s) {
   const float* src = source_weights(s);
   auto w = std::make_unique<WeightSet>();
   w->format = f;
+  w->packed = packed;
   w->shape = s;
   w->bytes = static_cast<std::size_t>(s.rows) * nibble::row_bytes(f, s.cols);
   w->stride = (w->bytes + 4095) / 4096 * 4096;
   w->copies = cold_copies(w->bytes);
   w->buffer = make_buffer(w->stride * static_cast<std::size_t>(w->copies));
   char* base = w->buffer.as<char>();
-  nibble::quantize(f, src, s.rows, s.cols, base);
+  fill_copy0(*w, src);
   for (int i = 1; i < w->copies; ++i) {
     std::memcpy(base + static_cast<std::size_t>(i) * w->stride, base, w->bytes);
   }
@@ -208,9 +222,10 @@ const WeightSet& weight_set(nibble::Format f, Shape s) {
   return *slot;
 }
 
-const WeightSet& warm_weight_set(nibble::Format f, Shape s) {
+const WeightSet& warm_weight_set(nibble::Format f, Shape s, bool packed) {
   static std::unique_ptr<WeightSet> slot;
-  if (slot && slot->format == f && slot->shape.rows == s.rows && slot->shape.cols == s.cols) {
+  if (slot && slot->format == f && slot->packed == packed && slot->shape.rows == s.rows &&
+      slot->shape.cols == s.cols) {
     return *slot;
   }
   slot.reset();
@@ -219,12 +234,13 @@ const WeightSet& warm_weight_set(nibble::Format f, Shape s) {
   fill_gaussian(src.data(), n, static_cast<std::uint64_t>(s.rows * 131 + s.cols), 0.02f);
   auto w = std::make_unique<WeightSet>();
   w->format = f;
+  w->packed = packed;
   w->shape = s;
   w->bytes = static_cast<std::size_t>(s.rows) * nibble::row_bytes(f, s.cols);
   w->stride = (w->bytes + 4095) / 4096 * 4096;
   w->copies = 1;
   w->buffer = make_buffer(w->stride);
-  nibble::quantize(f, src.data(), s.rows, s.cols, w->buffer.data());
+  fill_copy0(*w, src.data());
   slot = std::move(w);
   return *slot;
 }
@@ -292,8 +308,15 @@ std::string check_product(const WeightSet& w, const float* X, std::int64_t n, co
   std::vector<std::int64_t> check_rows = {0, 1, rows / 2, rows - 1};
   std::vector<std::int64_t> check_n = {0, n - 1};
   std::vector<float> wr(static_cast<std::size_t>(cols));
+  std::vector<char> plain;
+  const char* w0 = static_cast<const char*>(w.copy(0));
+  if (w.packed) {  // the reference reads the plain blocks
+    plain.resize(static_cast<std::size_t>(rows) * rb);
+    nibble::unpack(nibble::Context{}, w.format, w0, rows, cols, plain.data());
+    w0 = plain.data();
+  }
   for (std::int64_t r : check_rows) {
-    nibble::dequantize(w.format, static_cast<const char*>(w.copy(0)) + r * rb, 1, cols, wr.data());
+    nibble::dequantize(w.format, w0 + r * rb, 1, cols, wr.data());
     for (std::int64_t j : check_n) {
       double ref = 0, mag = 0;
       const float* x = X + j * cols;

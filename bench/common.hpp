@@ -79,6 +79,7 @@ void fill_gaussian(float* dst, std::size_t n, std::uint64_t seed, float sigma);
 /// of the same copy exceed the last-level cache: every GEMV reads its weights from DRAM.
 struct WeightSet {
   nibble::Format format;
+  bool packed = false;  ///< copies hold the packed layout (nibble/packed.hpp)
   Shape shape;
   std::size_t bytes = 0;   ///< bytes of one copy (rows * row_bytes)
   std::size_t stride = 0;  ///< distance between copies (bytes rounded up to 4 KiB)
@@ -98,10 +99,10 @@ struct WeightSet {
 /// The weights of `f` at shape `s`, quantized from a fixed pseudo-random fp32 matrix (sigma
 /// 0.02). Cached: the harness keeps one weight set alive at a time (benchmarks are registered
 /// grouped by format and shape), so memory stays at about cold_factor * LLC.
-const WeightSet& weight_set(nibble::Format f, Shape s);
+const WeightSet& weight_set(nibble::Format f, Shape s, bool packed = false);
 /// A single-copy weight set for the warm (cache-resident) GEMV rows, cached separately from
 /// weight_set() so that the two do not evict each other.
-const WeightSet& warm_weight_set(nibble::Format f, Shape s);
+const WeightSet& warm_weight_set(nibble::Format f, Shape s, bool packed = false);
 /// Frees the cached weight set and fp32 source (before the bandwidth kernel allocates its array).
 void release_weights();
 /// The memory-bandwidth kernel's array (allocated on first use of the membw benchmarks,
@@ -144,7 +145,8 @@ void register_membw(const std::vector<int>& threads);
 void register_decode(const std::vector<int>& threads);
 /// Frees the decode stack (weight_set() calls it so the two never coexist).
 void release_decode();
-void register_nibble_products(Shape s, nibble::Format f, const std::vector<nibble::Isa>& isas);
+void register_nibble_products(Shape s, nibble::Format f, const std::vector<nibble::Isa>& isas,
+                              bool packed);
 void register_blas_products(Shape s);
 void register_eigen_products(Shape s);
 void register_quantizers(const std::vector<nibble::Isa>& isas);

@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
   nibble_bench::register_decode(nibble_bench::thread_counts());
   for (const nibble_bench::Shape& s : nibble_bench::model_shapes()) {
     for (nibble::Format f : nibble_bench::weight_formats()) {
-      nibble_bench::register_nibble_products(s, f, isas);
+      nibble_bench::register_nibble_products(s, f, isas, false);
+      if (nibble::packable(f)) nibble_bench::register_nibble_products(s, f, isas, true);
       if (f == nibble::Format::f32) {
         nibble_bench::register_blas_products(s);
         nibble_bench::register_eigen_products(s);

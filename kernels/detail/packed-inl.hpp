@@ -48,53 +48,57 @@ struct PackedQ6 {
   static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
 
-  /// y[16 g + i] for the groups g in [g0, g1) of P against one row of plain Q8_K blocks.
-  static void gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const std::uint8_t* A, float* y) {
-    const std::int64_t nb = cols / 256;
-    const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
-    const VU32<Tag> m4(0x0F0F0F0Fu), m30(0x30303030u);
-    for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* G = P + static_cast<std::size_t>(g * nb) * kGroupBlock;
-      VF<Tag> acc[kH];
+  /// The GEMV pieces of packed_gemv (activations: plain Q8_K blocks).
+  using Act = const BlockQ8_K*;
+  static Act act(const std::uint8_t* A, std::int64_t) {
+    return reinterpret_cast<const BlockQ8_K*>(A);
+  }
+  struct State {
+    VF<Tag> acc[kH];
+    State() {
       for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-      for (std::int64_t b = 0; b < nb; ++b) {
-        const std::uint8_t* gb = G + static_cast<std::size_t>(b) * kGroupBlock;
-        const BlockQ8_K& ab = a[b];
-        const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
-        const VF<Tag> da(ab.d);
-        for (int h = 0; h < kH; ++h) {
-          VI32<Tag> tot(0);
-          for (int hh = 0; hh < 2; ++hh) {
-            VI32<Tag> s[4][2];  // quarter j, sub-block half k / 4
-            for (int j = 0; j < 4; ++j)
-              for (int t = 0; t < 2; ++t) s[j][t] = VI32<Tag>(-32 * ab.bsums[8 * hh + 2 * j + t]);
+    }
+  };
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+  static void store(const State& st, float* y) {
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
+  }
+
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, Act a, std::int64_t b,
+                                                  State& st) {
+    const VU32<Tag> m4(0x0F0F0F0Fu), m30(0x30303030u);
+    const BlockQ8_K& ab = a[b];
+    const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
+    const VF<Tag> da(ab.d);
+    for (int h = 0; h < kH; ++h) {
+      VI32<Tag> tot(0);
+      for (int hh = 0; hh < 2; ++hh) {
+        VI32<Tag> s[4][2];  // quarter j, sub-block half k / 4
+        for (int j = 0; j < 4; ++j)
+          for (int t = 0; t < 2; ++t) s[j][t] = VI32<Tag>(-32 * ab.bsums[8 * hh + 2 * j + t]);
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) {
-              const VU32<Tag> qa = packed_unit<Tag>(gb, 24 * hh + 3 * k, h);
-              const VU32<Tag> qb = packed_unit<Tag>(gb, 24 * hh + 3 * k + 1, h);
-              const VU32<Tag> qh = packed_unit<Tag>(gb, 24 * hh + 3 * k + 2, h);
-              const VU32<Tag> lv[4] = {(qa & m4) | ((qh << 4) & m30), (qb & m4) | ((qh << 2) & m30),
-                                       ((qa >> 4) & m4) | (qh & m30),
-                                       ((qb >> 4) & m4) | ((qh >> 2) & m30)};
-              for (int j = 0; j < 4; ++j)
-                s[j][k / 4] = dot_u8s8<Tag>(s[j][k / 4], as<std::uint8_t>(lv[j]),
-                                            bcast4<Tag>(aq + 128 * hh + 32 * j + 4 * k));
-            }
-            for (int j = 0; j < 4; ++j)
-              for (int t = 0; t < 2; ++t) {
-                const int sb = 8 * hh + 2 * j + t;
-                const VI32<Tag> sc = (as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h))
-                                      << (24 - 8 * (sb % 4))) >>
-                                     24;
-                tot = tot + s[j][t] * sc;
-              }
-          }
-          const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
-          acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, acc[h]);
+        for (int k = 0; k < 8; ++k) {
+          const VU32<Tag> qa = packed_unit<Tag>(gb, 24 * hh + 3 * k, h);
+          const VU32<Tag> qb = packed_unit<Tag>(gb, 24 * hh + 3 * k + 1, h);
+          const VU32<Tag> qh = packed_unit<Tag>(gb, 24 * hh + 3 * k + 2, h);
+          const VU32<Tag> lv[4] = {(qa & m4) | ((qh << 4) & m30), (qb & m4) | ((qh << 2) & m30),
+                                   ((qa >> 4) & m4) | (qh & m30),
+                                   ((qb >> 4) & m4) | ((qh >> 2) & m30)};
+          for (int j = 0; j < 4; ++j)
+            s[j][k / 4] = dot_u8s8<Tag>(s[j][k / 4], as<std::uint8_t>(lv[j]),
+                                        bcast4<Tag>(aq + 128 * hh + 32 * j + 4 * k));
         }
+        for (int j = 0; j < 4; ++j)
+          for (int t = 0; t < 2; ++t) {
+            const int sb = 8 * hh + 2 * j + t;
+            const VI32<Tag> sc =
+                (as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h)) << (24 - 8 * (sb % 4))) >>
+                24;
+            tot = tot + s[j][t] * sc;
+          }
       }
-      for (int h = 0; h < kH; ++h) acc[h].store_unaligned(y + g * 16 + h * kL);
+      const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
+      st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, st.acc[h]);
     }
   }
 
@@ -103,7 +107,7 @@ struct PackedQ6 {
                    const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
     const auto* p = static_cast<const std::uint8_t*>(P);
     const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n == 1) return gemv(p, g0, g1, cols, a, Y);
+    if (n == 1) return packed_gemv<PackedQ6>(p, g0, g1, cols, a, Y);
     RowsGemm<Tag, Q6Rows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
   }
 };
@@ -115,30 +119,32 @@ struct PackedQ8_0 {
   using D = S8Dot<Tag>;
   using S = Q8_0Simd<Tag>;  // its activation relayout: quants, per-dword bias sums, fp32 scales
 
-  static void gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const std::uint8_t* A, float* y) {
-    const std::int64_t nb = cols / 32;
-    const typename S::Act a = S::act(A, cols);
-    for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* G = P + static_cast<std::size_t>(g * nb) * kGroupBlock;
-      VF<Tag> acc[kH];
+  /// The GEMV pieces of packed_gemv (activations: Q8_0Simd's relayout).
+  using Act = typename S::Act;
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return S::act(A, cols); }
+  struct State {
+    VF<Tag> acc[kH];
+    State() {
       for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-      for (std::int64_t b = 0; b < nb; ++b) {
-        const std::uint8_t* gb = G + static_cast<std::size_t>(b) * kGroupBlock;
-        const std::int8_t* aq = a.qs + 32 * b;
-        std::int32_t bias = 0;
-        for (int u = 0; u < 8; ++u) bias += a.bias[8 * b + u];
-        const VF<Tag> da(a.d[b]);
-        for (int h = 0; h < kH; ++h) {
-          VI32<Tag> s(bias);
+    }
+  };
+  static std::int64_t blocks(std::int64_t cols) { return cols / 32; }
+  static void store(const State& st, float* y) {
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
+  }
+
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& a,
+                                                  std::int64_t b, State& st) {
+    const std::int8_t* aq = a.qs + 32 * b;
+    std::int32_t bias = 0;
+    for (int u = 0; u < 8; ++u) bias += a.bias[8 * b + u];
+    const VF<Tag> da(a.d[b]);
+    for (int h = 0; h < kH; ++h) {
+      VI32<Tag> s(bias);
 #pragma GCC unroll 8
-          for (int u = 0; u < 8; ++u)
-            s = D::dot(s, as<std::int8_t>(packed_unit<Tag>(gb + 32, u, h)),
-                       bcast4<Tag>(aq + 4 * u));
-          acc[h] = fmadd<Tag>(xsimd::to_float(s), load_f16<Tag>(gb + 2 * kL * h) * da, acc[h]);
-        }
-      }
-      for (int h = 0; h < kH; ++h) acc[h].store_unaligned(y + g * 16 + h * kL);
+      for (int u = 0; u < 8; ++u)
+        s = D::dot(s, as<std::int8_t>(packed_unit<Tag>(gb + 32, u, h)), bcast4<Tag>(aq + 4 * u));
+      st.acc[h] = fmadd<Tag>(xsimd::to_float(s), load_f16<Tag>(gb + 2 * kL * h) * da, st.acc[h]);
     }
   }
 
@@ -146,7 +152,7 @@ struct PackedQ8_0 {
                    const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
     const auto* p = static_cast<const std::uint8_t*>(P);
     const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n == 1) return gemv(p, g0, g1, cols, a, Y);
+    if (n == 1) return packed_gemv<PackedQ8_0>(p, g0, g1, cols, a, Y);
     RowsGemm<Tag, Q8_0Rows<Tag>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
   }
 };
