@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "nibble/core/types.hpp"
 #include "nibble/packed.hpp"
@@ -66,43 +67,61 @@ inline const PackLayout* pack_layout(Format f) {
   }
 }
 
-/// Packs one group: the 16 plain rows at `rows` (row_bytes apart, nb blocks of block_bytes each)
-/// into `out` (16 * nb * block_bytes bytes).
-inline void pack_group(const PackLayout& l, std::size_t block_bytes, std::int64_t nb,
-                       const std::uint8_t* rows, std::size_t row_bytes, std::uint8_t* out) {
-  constexpr int kG = static_cast<int>(kPackedGroupRows);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    std::uint8_t* fo = out + static_cast<std::size_t>(b) * kG * block_bytes;
-    for (int f = 0; f < l.nfields; ++f) {
-      const PackField& fd = l.field[f];
-      const int units = fd.bytes / fd.unit;
-      for (int i = 0; i < kG; ++i) {
-        const std::uint8_t* in = rows + i * row_bytes + b * block_bytes + fd.offset;
-        for (int u = 0; u < units; ++u)
-          std::memcpy(fo + (kG * u + i) * fd.unit, in + u * fd.unit, fd.unit);
+/// Copies `units` units of `unit` bytes (2 or 4) between 16 rows and their interleaved form:
+/// interleaved unit u of row i is at dst / src + (16 u + i) * unit; row i's units are at
+/// rows[i]. `to_packed` selects the direction. The interleaved side is walked in order (one
+/// sequential stream of stores when packing).
+template <int kUnit>
+inline void interleave16(const std::uint8_t* const* rows_in, std::uint8_t* const* rows_out,
+                         std::uint8_t* packed_out, const std::uint8_t* packed_in, int units) {
+  using U = std::conditional_t<kUnit == 4, std::uint32_t, std::uint16_t>;
+  for (int u = 0; u < units; ++u) {
+    for (int i = 0; i < 16; ++i) {
+      U v;
+      if (packed_out) {
+        std::memcpy(&v, rows_in[i] + u * kUnit, kUnit);
+        std::memcpy(packed_out + (16 * u + i) * kUnit, &v, kUnit);
+      } else {
+        std::memcpy(&v, packed_in + (16 * u + i) * kUnit, kUnit);
+        std::memcpy(rows_out[i] + u * kUnit, &v, kUnit);
       }
-      fo += static_cast<std::size_t>(kG) * fd.bytes;
     }
   }
+}
+
+/// Packs one group (to_packed) or unpacks it: the 16 plain rows at `rows` (row_bytes apart, nb
+/// blocks of block_bytes each) and the packed group at `packed` (16 * nb * block_bytes bytes).
+inline void permute_group(const PackLayout& l, std::size_t block_bytes, std::int64_t nb,
+                          std::uint8_t* rows, std::size_t row_bytes, std::uint8_t* packed,
+                          bool to_packed) {
+  constexpr int kG = static_cast<int>(kPackedGroupRows);
+  for (std::int64_t b = 0; b < nb; ++b) {
+    std::uint8_t* g = packed + static_cast<std::size_t>(b) * kG * block_bytes;
+    for (int f = 0; f < l.nfields; ++f) {
+      const PackField& fd = l.field[f];
+      std::uint8_t* r[kG];
+      for (int i = 0; i < kG; ++i) r[i] = rows + i * row_bytes + b * block_bytes + fd.offset;
+      const int units = fd.bytes / fd.unit;
+      if (fd.unit == 4) {
+        interleave16<4>(r, r, to_packed ? g : nullptr, g, units);
+      } else {
+        interleave16<2>(r, r, to_packed ? g : nullptr, g, units);
+      }
+      g += static_cast<std::size_t>(kG) * fd.bytes;
+    }
+  }
+}
+
+/// Packs one group: the 16 plain rows at `rows` into `out` (16 * nb * block_bytes bytes).
+inline void pack_group(const PackLayout& l, std::size_t block_bytes, std::int64_t nb,
+                       const std::uint8_t* rows, std::size_t row_bytes, std::uint8_t* out) {
+  permute_group(l, block_bytes, nb, const_cast<std::uint8_t*>(rows), row_bytes, out, true);
 }
 
 /// The inverse of pack_group: the 16 plain rows of the packed group at `in` into `rows`.
 inline void unpack_group(const PackLayout& l, std::size_t block_bytes, std::int64_t nb,
                          const std::uint8_t* in, std::uint8_t* rows, std::size_t row_bytes) {
-  constexpr int kG = static_cast<int>(kPackedGroupRows);
-  for (std::int64_t b = 0; b < nb; ++b) {
-    const std::uint8_t* fi = in + static_cast<std::size_t>(b) * kG * block_bytes;
-    for (int f = 0; f < l.nfields; ++f) {
-      const PackField& fd = l.field[f];
-      const int units = fd.bytes / fd.unit;
-      for (int i = 0; i < kG; ++i) {
-        std::uint8_t* o = rows + i * row_bytes + b * block_bytes + fd.offset;
-        for (int u = 0; u < units; ++u)
-          std::memcpy(o + u * fd.unit, fi + (kG * u + i) * fd.unit, fd.unit);
-      }
-      fi += static_cast<std::size_t>(kG) * fd.bytes;
-    }
-  }
+  permute_group(l, block_bytes, nb, rows, row_bytes, const_cast<std::uint8_t*>(in), false);
 }
 
 }  // namespace nibble::detail
