@@ -188,6 +188,30 @@ void run_dequantize(benchmark::State& st, Format f, Isa isa, int threads) {
   }
 }
 
+// pack / unpack (nibble/packed.hpp) of a quantized kQuantShape matrix: bytes per second.
+void run_pack(benchmark::State& st, Format f, int threads, bool unpack) {
+  try {
+    const Shape s = kQuantShape;
+    const std::size_t bytes = static_cast<std::size_t>(s.rows) * nibble::row_bytes(f, s.cols);
+    Buffer q = make_buffer(bytes), out = make_buffer(bytes);
+    nibble::quantize(f, quant_input().data(), s.rows, s.cols, q.data());
+    nibble::Context ctx;
+    ctx.threads = threads;
+    if (unpack) nibble::pack(ctx, f, q.data(), s.rows, s.cols, out.data());
+    for (auto _ : st) {
+      if (unpack) {
+        nibble::unpack(ctx, f, out.data(), s.rows, s.cols, q.data());
+      } else {
+        nibble::pack(ctx, f, q.data(), s.rows, s.cols, out.data());
+      }
+      benchmark::ClobberMemory();
+    }
+    set_rates(st, static_cast<double>(bytes), 0);
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+  }
+}
+
 // bitsandbytes-style NF4 (nibble::nf4::quantize), single-threaded reference API.
 void run_quantize_bnb(benchmark::State& st, bool double_quant) {
   try {
@@ -231,6 +255,14 @@ void register_quantizers(const std::vector<Isa>& isas) {
         }
       }
     }
+  }
+  for (Format f : formats) {
+    if (!nibble::packable(f)) continue;
+    for (int t : thread_counts())
+      for (bool un : {false, true})
+        reg(bench_name(un ? "unpack" : "pack", nibble::traits(f).name, "nibble", kQuantShape, -1, t,
+                       ""),
+            [=](benchmark::State& st) { run_pack(st, f, t, un); });
   }
   for (bool dq : {false, true}) {
     reg(bench_name("quantize_bnb", dq ? "nf4_dq" : "nf4", "ref", kQuantShape, -1, 1, ""),
