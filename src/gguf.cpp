@@ -11,7 +11,10 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <string>
 #include <unordered_set>
+
+#include "nibble/packed.hpp"
 
 namespace nibble::gguf {
 
@@ -298,11 +301,63 @@ std::size_t value_type_size(ValueType t) {
   return 0;
 }
 
-TypeInfo type_info(std::uint32_t type) {
+namespace {
+
+TypeInfo plain_type_info(std::uint32_t type) {
   for (const auto& r : kTypes) {
     if (r.id == type) return r.info;
   }
   return {nullptr, 0, 0};
+}
+
+// The packed types: kPackedTypeFlag | the ggml type of each packable format, named "BASE.x16".
+struct PackedRow {
+  std::uint32_t id;
+  std::string name;
+  TypeInfo base;
+};
+
+const std::vector<PackedRow>& packed_rows() {
+  static const std::vector<PackedRow> rows = [] {
+    std::vector<PackedRow> v;
+    for (int k = 0; k <= static_cast<int>(kLastFormat); ++k) {
+      const Format f = static_cast<Format>(k);
+      if (!packable(f) || traits(f).gguf_type < 0) continue;
+      const auto base = static_cast<std::uint32_t>(traits(f).gguf_type);
+      const TypeInfo bi = plain_type_info(base);
+      if (!bi.name || is_packed_type(base)) continue;
+      v.push_back({kPackedTypeFlag | base, std::string(bi.name) + ".x16", bi});
+    }
+    return v;
+  }();
+  return rows;
+}
+
+// "q8_0, q4_K, q5_K, q6_K": the base types that are valid with kPackedTypeFlag.
+std::string packable_type_names() {
+  std::string s;
+  for (const PackedRow& r : packed_rows()) s += (s.empty() ? "" : ", ") + std::string(r.base.name);
+  return s;
+}
+
+}  // namespace
+
+TypeInfo type_info(std::uint32_t type) {
+  if (!is_packed_type(type)) return plain_type_info(type);
+  for (const PackedRow& r : packed_rows()) {
+    if (r.id == type) return {r.name.c_str(), r.base.block_elems, r.base.block_bytes};
+  }
+  return {nullptr, 0, 0};
+}
+
+std::uint32_t packed_type(std::uint32_t type) {
+  if (is_packed_type(type)) fail("gguf: type id ", type, " is already a packed type");
+  for (const PackedRow& r : packed_rows()) {
+    if (r.id == (kPackedTypeFlag | type)) return r.id;
+  }
+  const TypeInfo ti = plain_type_info(type);
+  fail("gguf: ggml type ", ti.name ? ti.name : std::to_string(type).c_str(),
+       " has no packed layout (packable types: ", packable_type_names(), ")");
 }
 
 std::uint64_t tensor_nbytes(std::uint32_t type, const std::vector<std::int64_t>& shape) {
@@ -616,7 +671,15 @@ File File::parse(const void* data, std::size_t size) {
     }
     const std::uint64_t tat = c.pos();
     t.type = c.get<std::uint32_t>("tensor type");
+    t.type_at = tat;
     if (!type_info(t.type).name) {
+      if (is_packed_type(t.type)) {
+        const char* bn = plain_type_info(base_type(t.type)).name;
+        fail("gguf: tensor \"", t.name, "\" has type id ", t.type, " at byte offset ", tat,
+             ": the packed flag 0x", std::hex, kPackedTypeFlag, std::dec, " with ",
+             bn ? "type " : "unknown type id ", bn ? bn : std::to_string(base_type(t.type)).c_str(),
+             ", which has no packed layout (packable types: ", packable_type_names(), ")");
+      }
       fail("gguf: tensor \"", t.name, "\" has unknown type id ", t.type, " at byte offset ", tat);
     }
     try {

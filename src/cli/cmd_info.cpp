@@ -41,7 +41,7 @@ int cmd_info(int argc, char** argv) {
     }
     std::printf("\ntensors (%zu):\n  %-5s %-45s %-8s %-28s %14s\n", f.tensors.size(), "#", "name",
                 "type", "shape", "bytes");
-    unsigned long long total = 0, elems = 0;
+    unsigned long long total = 0, elems = 0, packed = 0;
     for (std::size_t i = 0; i < f.tensors.size(); ++i) {
       const auto& t = f.tensors[i];
       std::string shape = "[";
@@ -54,10 +54,17 @@ int cmd_info(int argc, char** argv) {
                   nibble::gguf::type_info(t.type).name, shape.c_str(),
                   static_cast<unsigned long long>(t.nbytes));
       total += t.nbytes;
+      packed += t.packed() ? 1 : 0;
       elems += static_cast<unsigned long long>(t.elements());
     }
     std::printf("\ntotal: %llu values, %llu bytes of tensor data, %.3f bits per weight\n", elems,
                 total, elems ? 8.0 * double(total) / double(elems) : 0.0);
+    if (packed) {
+      std::printf(
+          "packed: %llu tensors in nibble's packed layout (type .x16 = type id 0x%x | ggml type;\n"
+          "        llama.cpp cannot read them, `nibble unpack` restores the plain layout)\n",
+          packed, nibble::gguf::kPackedTypeFlag);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

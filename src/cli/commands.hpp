@@ -6,6 +6,13 @@
 /// [--calib FILE] [--threads N]`: llama-quantize-compatible quantization.
 int cmd_quantize(int argc, char** argv);
 
+/// `nibble pack IN.gguf OUT.gguf [--threads N]`: the packable tensors in the packed layout
+/// (nibble/io/packed_gguf.hpp).
+int cmd_pack(int argc, char** argv);
+
+/// `nibble unpack IN.gguf OUT.gguf [--threads N]`: the inverse of `nibble pack`.
+int cmd_unpack(int argc, char** argv);
+
 /// `nibble info FILE.gguf [--all]`: metadata and tensor table of a GGUF file.
 int cmd_info(int argc, char** argv);
 

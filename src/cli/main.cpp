@@ -47,6 +47,10 @@ void usage(std::FILE* out) {
                "             print accuracy and speed; see `nibble report --help`\n"
                "  quantize   IN.gguf OUT.gguf TYPE [options]: quantize a GGUF model like\n"
                "             llama-quantize; see `nibble quantize --help`\n"
+               "  pack       IN.gguf OUT.gguf [--threads N]: the q8_0/q4_K/q5_K/q6_K tensors in\n"
+               "             nibble's packed layout (fast decode, same size; see\n"
+               "             `nibble pack --help`)\n"
+               "  unpack     IN.gguf OUT.gguf [--threads N]: back to the plain GGUF layout\n"
                "  info       FILE.gguf: metadata and tensor table\n"
                "  perplexity MODEL.gguf TEXT [options]: perplexity / KL divergence like\n"
                "             llama-perplexity (llama, qwen2); see `nibble perplexity --help`\n"
@@ -86,6 +90,8 @@ int main(int argc, char** argv) {
     }
 #if defined(NIBBLE_CLI_HAVE_GGUF)
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
+    if (cmd == "pack") return cmd_pack(argc - 2, argv + 2);
+    if (cmd == "unpack") return cmd_unpack(argc - 2, argv + 2);
     if (cmd == "info") return cmd_info(argc - 2, argv + 2);
     if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);
     if (cmd == "imatrix") return cmd_imatrix(argc - 2, argv + 2);

@@ -98,8 +98,32 @@ struct TypeInfo {
   std::size_t block_bytes;   ///< bytes per block
 };
 
-/// Facts about ggml type id `type` (name == nullptr when the id is unknown or removed).
+/// Facts about ggml type id `type` (name == nullptr when the id is unknown or removed). A packed
+/// type (is_packed_type) of a packable format is known too: its name is the base type's with
+/// ".x16" appended ("q4_K.x16"), its block size and bytes are the base type's.
 TypeInfo type_info(std::uint32_t type);
+
+/// Flag ORed into the ggml type id of a tensor stored in nibble's packed (row-interleaved) layout
+/// (nibble/packed.hpp): type id kPackedTypeFlag | 12 is a q4_K tensor whose bytes are
+/// nibble::pack() of its plain GGUF bytes. ggml's type ids are small dense integers (below 64;
+/// forks use up to a few hundred), so no ggml type can have this bit, and llama.cpp refuses such
+/// a file ("has invalid ggml type") instead of misreading it. Only the base types of packable
+/// formats (nibble::packable: q8_0, q4_K, q5_K, q6_K) are valid with the flag.
+inline constexpr std::uint32_t kPackedTypeFlag = 0x1000;
+
+/// True if ggml type id `type` carries kPackedTypeFlag.
+constexpr bool is_packed_type(std::uint32_t type) {
+  return (type & kPackedTypeFlag) != 0;
+}
+
+/// `type` without kPackedTypeFlag: the ggml type of the plain layout of the same bytes.
+constexpr std::uint32_t base_type(std::uint32_t type) {
+  return type & ~kPackedTypeFlag;
+}
+
+/// The packed type id of ggml type `type` (Error if `type` is not the ggml type of a packable
+/// format, or already packed).
+std::uint32_t packed_type(std::uint32_t type);
 
 /// Number of dimensions of a tensor (GGML_MAX_DIMS).
 constexpr std::size_t kMaxDims = 4;
@@ -112,11 +136,16 @@ struct TensorInfo {
   std::uint64_t offset = 0;            ///< offset of the data relative to the data section
   std::uint64_t nbytes = 0;            ///< bytes of data
   const std::uint8_t* data = nullptr;  ///< read: view into the mapped file; write: source bytes
+  std::uint64_t type_at = 0;  ///< read: byte offset of the type id in the file (0 otherwise)
 
   /// Number of values (product of the shape).
   std::int64_t elements() const;
   /// Rows = elements / shape[0].
   std::int64_t rows() const;
+  /// True if the tensor is stored in nibble's packed layout (is_packed_type(type)): its bytes
+  /// are nibble::pack() of a rows() x shape[0] matrix of the base type's format; pass them to
+  /// nibble::PackedWeights::view or nibble::unpack, not to the plain gemv.
+  bool packed() const { return is_packed_type(type); }
 };
 
 /// Size in bytes of a tensor of ggml type `type` and this shape (Error if the type is unknown,
