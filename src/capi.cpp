@@ -13,6 +13,7 @@
 
 #include "nibble/io/gguf.hpp"
 #include "nibble/nibble.hpp"
+#include "nibble/packed.hpp"
 
 namespace {
 
@@ -24,6 +25,8 @@ static_assert(NIBBLE_ISA_AVX2 == static_cast<int>(Isa::avx2), "ISA ints are nibb
 static_assert(NIBBLE_ISA_AVX512 == static_cast<int>(Isa::avx512), "ISA ints are nibble::Isa");
 static_assert(NIBBLE_ISA_NEON == static_cast<int>(Isa::neon), "ISA ints are nibble::Isa");
 static_assert(NIBBLE_ISA_AVXVNNI == static_cast<int>(Isa::avxvnni), "ISA ints are nibble::Isa");
+static_assert(NIBBLE_GGUF_PACKED_FLAG == nibble::gguf::kPackedTypeFlag,
+              "the C flag is nibble::gguf::kPackedTypeFlag");
 static_assert(std::is_same<nibble_parallel_for, nibble::ParallelFor>::value,
               "nibble_parallel_for must match nibble::ParallelFor");
 
@@ -137,7 +140,8 @@ nibble::Context to_context(const nibble_context* c) {
 nibble_status classify_compute(const char* msg) {
   if (std::strstr(msg, "no matrix-product kernel") != nullptr ||
       std::strstr(msg, "not a weight format") != nullptr ||
-      std::strstr(msg, "no activation quantizer") != nullptr)
+      std::strstr(msg, "no activation quantizer") != nullptr ||
+      std::strstr(msg, "no packed layout") != nullptr)
     return NIBBLE_ERROR_UNSUPPORTED;
   return NIBBLE_ERROR_INVALID_ARGUMENT;
 }
@@ -315,6 +319,64 @@ nibble_status nibble_gemm(const nibble_context* ctx, int format, const void* W, 
       classify_compute);
 }
 
+int nibble_packable(int format) {
+  try {
+    return valid_format(format) && nibble::packable(static_cast<Format>(format)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+nibble_status nibble_pack(const nibble_context* ctx, int format, const void* W, int64_t rows,
+                          int64_t cols, void* dst) {
+  return guarded(
+      "nibble_pack", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        nibble::pack(c, f, W, rows, cols, dst);
+      },
+      classify_compute);
+}
+
+nibble_status nibble_unpack(const nibble_context* ctx, int format, const void* P, int64_t rows,
+                            int64_t cols, void* dst) {
+  return guarded(
+      "nibble_unpack", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        nibble::unpack(c, f, P, rows, cols, dst);
+      },
+      classify_compute);
+}
+
+nibble_status nibble_gemm_packed(const nibble_context* ctx, int format, const void* P, int64_t rows,
+                                 int64_t cols, const float* X, int64_t n, float* Y) {
+  return guarded(
+      "nibble_gemm_packed", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        const nibble::PackedWeights w = nibble::PackedWeights::view(f, P, rows, cols);
+        nibble::gemm(c, w, X, n, Y);
+      },
+      classify_compute);
+}
+
+nibble_status nibble_gemv_packed(const nibble_context* ctx, int format, const void* P, int64_t rows,
+                                 int64_t cols, const float* x, float* y) {
+  return guarded(
+      "nibble_gemv_packed", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        const nibble::PackedWeights w = nibble::PackedWeights::view(f, P, rows, cols);
+        nibble::gemv(c, w, x, y);
+      },
+      classify_compute);
+}
+
 nibble_status nibble_gguf_open(const char* path, nibble_gguf** out) {
   return guarded("nibble_gguf_open", NIBBLE_ERROR_IO, [&] {
     need(path, "path");
@@ -429,7 +491,7 @@ nibble_status nibble_gguf_tensor_info(const nibble_gguf* file, int64_t index,
     nibble_gguf_tensor r;
     r.name = t.name.c_str();
     r.type = t.type;
-    r.format = nibble_format_from_gguf_type(t.type);
+    r.format = t.packed() ? -1 : nibble_format_from_gguf_type(t.type);
     r.n_dims = static_cast<int>(t.shape.size());
     for (int d = 0; d < 4; ++d) r.shape[d] = d < r.n_dims ? t.shape[static_cast<size_t>(d)] : 1;
     r.cols = r.shape[0];
@@ -437,6 +499,19 @@ nibble_status nibble_gguf_tensor_info(const nibble_gguf* file, int64_t index,
     r.nbytes = t.nbytes;
     r.data = t.data;
     *info = r;
+  });
+}
+
+nibble_status nibble_gguf_tensor_packed(const nibble_gguf* file, int64_t index, int* format) {
+  return guarded("nibble_gguf_tensor_packed", NIBBLE_ERROR_INVALID_ARGUMENT, [&] {
+    need(file, "file");
+    need(format, "format");
+    if (index < 0 || index >= nibble_gguf_tensor_count(file))
+      raise(NIBBLE_ERROR_INVALID_ARGUMENT,
+            "index = " + std::to_string(index) + " is out of range [0, " +
+                std::to_string(nibble_gguf_tensor_count(file)) + ")");
+    const nibble::gguf::TensorInfo& t = file->file.tensors[static_cast<size_t>(index)];
+    *format = t.packed() ? nibble_format_from_gguf_type(nibble::gguf::base_type(t.type)) : -1;
   });
 }
 

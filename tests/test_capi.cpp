@@ -444,4 +444,177 @@ TEST(CApiGgufOpen, BadFiles) {
   EXPECT_EQ(nibble_gguf_tensor_count(nullptr), 0);
 }
 
+// Packed weights: pack / unpack round trip, products against the plain layout, errors write
+// nothing.
+TEST(CApi, Packed) {
+  for (const char* name : {"q8_0", "q4_K", "q5_K", "q6_K"})
+    EXPECT_EQ(nibble_packable(fmt(name)), 1);
+  for (const char* name : {"f32", "f16", "q8_K", "q4_0", "nf4"})
+    EXPECT_EQ(nibble_packable(fmt(name)), 0);
+  EXPECT_EQ(nibble_packable(-1), 0);
+  EXPECT_EQ(nibble_packable(nibble_format_count()), 0);
+
+  const int64_t rows = 37, cols = 512;  // two groups of 16 and 5 plain rows
+  std::vector<float> w(static_cast<size_t>(rows * cols)), X(3 * cols);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < X.size(); ++i) X[i] = std::cos(0.11f * static_cast<float>(i));
+  for (const char* name : {"q8_0", "q4_K", "q5_K", "q6_K"}) {
+    SCOPED_TRACE(name);
+    const int f = fmt(name);
+    const size_t bytes = static_cast<size_t>(rows) * nibble_row_bytes(f, cols);
+    std::vector<unsigned char> W(bytes), P(bytes), U(bytes);
+    ASSERT_EQ(nibble_quantize(f, w.data(), rows, cols, W.data(), nullptr), NIBBLE_OK);
+    nibble_context ctx{};
+    ctx.threads = 2;
+    ASSERT_EQ(nibble_pack(&ctx, f, W.data(), rows, cols, P.data()), NIBBLE_OK);
+    EXPECT_NE(P, W);
+    EXPECT_EQ(0, std::memcmp(P.data() + 32 * bytes / rows, W.data() + 32 * bytes / rows,
+                             5 * bytes / rows));  // the tail rows stay plain
+    ASSERT_EQ(nibble_unpack(nullptr, f, P.data(), rows, cols, U.data()), NIBBLE_OK);
+    EXPECT_EQ(U, W);
+    std::vector<float> y(rows), yp(rows), Y(3 * rows), Yp(3 * rows);
+    ASSERT_EQ(nibble_gemv(nullptr, f, W.data(), rows, cols, X.data(), y.data()), NIBBLE_OK);
+    ASSERT_EQ(nibble_gemv_packed(&ctx, f, P.data(), rows, cols, X.data(), yp.data()), NIBBLE_OK)
+        << nibble_last_error();
+    ASSERT_EQ(nibble_gemm(nullptr, f, W.data(), rows, cols, X.data(), 3, Y.data()), NIBBLE_OK);
+    ASSERT_EQ(nibble_gemm_packed(nullptr, f, P.data(), rows, cols, X.data(), 3, Yp.data()),
+              NIBBLE_OK);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(yp[r], y[r], 1e-4 * (1 + std::fabs(y[r]))) << r;
+    for (size_t i = 0; i < Y.size(); ++i)
+      EXPECT_NEAR(Yp[i], Y[i], 1e-4 * (1 + std::fabs(Y[i]))) << i;
+  }
+
+  // Errors: the status, a message, nothing written.
+  const int q4 = fmt("q4_K");
+  const size_t bytes = static_cast<size_t>(rows) * nibble_row_bytes(q4, cols);
+  std::vector<unsigned char> W(bytes, 0x11), dst(bytes, 0xAB);
+  const std::vector<unsigned char> untouched = dst;
+  EXPECT_EQ(nibble_pack(nullptr, fmt("q4_0"), W.data(), rows, cols, dst.data()),
+            NIBBLE_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(nibble_last_error()).find("no packed layout"), std::string::npos)
+      << nibble_last_error();
+  EXPECT_EQ(nibble_unpack(nullptr, fmt("f32"), W.data(), rows, cols, dst.data()),
+            NIBBLE_ERROR_UNSUPPORTED);
+  EXPECT_EQ(nibble_pack(nullptr, 999, W.data(), rows, cols, dst.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_pack(nullptr, q4, nullptr, rows, cols, dst.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(nibble_last_error()).find("W"), std::string::npos) << nibble_last_error();
+  EXPECT_EQ(nibble_pack(nullptr, q4, W.data(), rows, 100, dst.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_unpack(nullptr, q4, W.data(), -1, cols, dst.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_pack(nullptr, q4, dst.data(), 16, cols, dst.data() + 100),
+            NIBBLE_ERROR_INVALID_ARGUMENT);  // overlapping
+  nibble_context bad{};
+  bad.threads = -1;
+  EXPECT_EQ(nibble_pack(&bad, q4, W.data(), rows, cols, dst.data()), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(dst, untouched);
+  std::vector<float> x(cols, 1.0f), y(3 * rows, 7.0f);
+  const std::vector<float> y0 = y;
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(nibble_gemv_packed(nullptr, q4, W.data(), rows, cols, x.data(), y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  x[5] = 1.0f;
+  EXPECT_EQ(nibble_gemv_packed(nullptr, fmt("q8_K"), W.data(), rows, cols, x.data(), y.data()),
+            NIBBLE_ERROR_UNSUPPORTED);
+  EXPECT_EQ(nibble_gemv_packed(nullptr, q4, nullptr, rows, cols, x.data(), y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gemm_packed(nullptr, q4, W.data(), rows, cols, x.data(), -1, y.data()),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gemm_packed(nullptr, q4, W.data(), rows, cols, x.data(), 1, nullptr),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(y, y0);
+}
+
+// A GGUF file with a packed tensor (made here: tensor 0 of capi_small.gguf packed in place and its
+// type id flagged, as `nibble pack` writes it): reported with the flag, format -1, and its format
+// by nibble_gguf_tensor_packed; its mapped bytes go to nibble_gemv_packed.
+TEST(CApi, GgufPackedTensor) {
+  const std::string src = kData + "/capi_small.gguf";
+  auto bytes = read_bytes(src);
+  nibble_gguf* g = nullptr;
+  ASSERT_EQ(nibble_gguf_open(src.c_str(), &g), NIBBLE_OK);
+  nibble_gguf_tensor t;
+  ASSERT_EQ(nibble_gguf_tensor_info(g, 0, &t), NIBBLE_OK);
+  ASSERT_EQ(t.type, 12u);
+  int pf = 7;
+  for (int64_t i = 0; i < nibble_gguf_tensor_count(g); ++i) {
+    ASSERT_EQ(nibble_gguf_tensor_packed(g, i, &pf), NIBBLE_OK);
+    EXPECT_EQ(pf, -1);
+  }
+  pf = 7;
+  EXPECT_EQ(nibble_gguf_tensor_packed(g, 3, &pf), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gguf_tensor_packed(g, 0, nullptr), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_gguf_tensor_packed(nullptr, 0, &pf), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(pf, 7);
+  // locate the tensor's type id (after its name, n_dims and 2 dims) and data in the file bytes
+  const std::string name = t.name;
+  size_t name_at = 0;
+  for (size_t k = 0; k + name.size() < bytes.size(); ++k)
+    if (std::memcmp(bytes.data() + k, name.data(), name.size()) == 0) {
+      name_at = k;
+      break;
+    }
+  ASSERT_GT(name_at, 0u);
+  const size_t type_at = name_at + name.size() + 4 + 2 * 8;
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  ASSERT_EQ(type, 12u);
+  size_t data_at = 0;
+  for (size_t k = type_at; k + t.nbytes <= bytes.size(); ++k)
+    if (std::memcmp(bytes.data() + k, t.data, static_cast<size_t>(t.nbytes)) == 0) {
+      data_at = k;
+      break;
+    }
+  ASSERT_GT(data_at, 0u);
+  type = NIBBLE_GGUF_PACKED_FLAG | 12u;
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  ASSERT_EQ(nibble_pack(nullptr, t.format, t.data, t.rows, t.cols, bytes.data() + data_at),
+            NIBBLE_OK);
+  const std::string path = ::testing::TempDir() + "capi_packed.gguf";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  }
+  nibble_gguf* p = nullptr;
+  ASSERT_EQ(nibble_gguf_open(path.c_str(), &p), NIBBLE_OK) << nibble_last_error();
+  nibble_gguf_tensor pt;
+  ASSERT_EQ(nibble_gguf_tensor_info(p, 0, &pt), NIBBLE_OK);
+  EXPECT_EQ(pt.type, NIBBLE_GGUF_PACKED_FLAG | 12u);
+  EXPECT_EQ(pt.format, -1);
+  EXPECT_EQ(nibble_format_from_gguf_type(pt.type), -1);
+  EXPECT_EQ(pt.nbytes, t.nbytes);
+  EXPECT_EQ(pt.rows, t.rows);
+  ASSERT_EQ(nibble_gguf_tensor_packed(p, 0, &pf), NIBBLE_OK);
+  EXPECT_EQ(pf, fmt("q4_K"));
+  int pf1 = 7;
+  ASSERT_EQ(nibble_gguf_tensor_packed(p, 1, &pf1), NIBBLE_OK);
+  EXPECT_EQ(pf1, -1);
+  std::vector<float> x(static_cast<size_t>(t.cols)), y(t.rows), yp(t.rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * static_cast<float>(i));
+  ASSERT_EQ(nibble_gemv(nullptr, t.format, t.data, t.rows, t.cols, x.data(), y.data()), NIBBLE_OK);
+  ASSERT_EQ(nibble_gemv_packed(nullptr, pf, pt.data, pt.rows, pt.cols, x.data(), yp.data()),
+            NIBBLE_OK)
+      << nibble_last_error();
+  for (int64_t r = 0; r < t.rows; ++r) EXPECT_NEAR(yp[r], y[r], 1e-4 * (1 + std::fabs(y[r])));
+  // the flag on a type without a packed layout is a malformed file
+  type = NIBBLE_GGUF_PACKED_FLAG | 2u;  // q4_0
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  }
+  nibble_gguf* q = reinterpret_cast<nibble_gguf*>(0x1);
+  EXPECT_EQ(nibble_gguf_open(path.c_str(), &q), NIBBLE_ERROR_IO);
+  EXPECT_NE(std::string(nibble_last_error()).find("no packed layout"), std::string::npos)
+      << nibble_last_error();
+  EXPECT_EQ(q, reinterpret_cast<nibble_gguf*>(0x1));
+  nibble_gguf_close(p);
+  nibble_gguf_close(g);
+  std::remove(path.c_str());
+}
+
 }  // namespace

@@ -148,7 +148,49 @@ NIBBLE_CAPI nibble_status nibble_gemm(const nibble_context* ctx, int format, con
                                       int64_t rows, int64_t cols, const float* X, int64_t n,
                                       float* Y);
 
+/* ---- packed weights (nibble/packed.hpp) ---- */
+
+/* The packed layout holds the same bytes as the plain one (rows * nibble_row_bytes(format, cols)),
+ * permuted: rows in groups of 16, the 16 rows' blocks b stored together, field by field in 4-byte
+ * (2 for an fp16 scalar) units of the 16 rows in turn; the rows after the last full group stay
+ * plain at the end (docs/formats.md has the exact layout). A decode GEMV then reads one sequential
+ * stream with no shuffles: it runs at the memory bandwidth where the plain layout is
+ * compute-bound. Pack once (at load, or on disk with `nibble pack`); unpack gives back the plain
+ * bytes exactly. Formats: q8_0, q4_K, q5_K, q6_K (nibble_packable). A format that is valid but
+ * not packable is UNSUPPORTED. */
+
+/** 1 if `format` has a packed layout (pack / unpack / the packed products), else 0. */
+NIBBLE_CAPI int nibble_packable(int format);
+
+/** Packs the rows x cols matrix W (plain GGUF blocks, rows * nibble_row_bytes(format, cols)
+ *  bytes) into dst (the same number of bytes; must not overlap W). ctx may be NULL. */
+NIBBLE_CAPI nibble_status nibble_pack(const nibble_context* ctx, int format, const void* W,
+                                      int64_t rows, int64_t cols, void* dst);
+
+/** The inverse of nibble_pack: the plain GGUF bytes of the packed matrix P into dst
+ *  (byte-identical to what was packed). */
+NIBBLE_CAPI nibble_status nibble_unpack(const nibble_context* ctx, int format, const void* P,
+                                        int64_t rows, int64_t cols, void* dst);
+
+/** y = W x on packed weights P (rows x cols of `format`, packed by nibble_pack or read from a
+ *  packed GGUF tensor). Same arguments and results as nibble_gemv on the plain bytes, within
+ *  float rounding (the sums are the same; only the order of the float steps may differ). */
+NIBBLE_CAPI nibble_status nibble_gemv_packed(const nibble_context* ctx, int format, const void* P,
+                                             int64_t rows, int64_t cols, const float* x, float* y);
+
+/** Y = X W^T on packed weights P (as nibble_gemm: X n x cols, Y n x rows, row-major). */
+NIBBLE_CAPI nibble_status nibble_gemm_packed(const nibble_context* ctx, int format, const void* P,
+                                             int64_t rows, int64_t cols, const float* X, int64_t n,
+                                             float* Y);
+
 /* ---- GGUF (read-only) ---- */
+
+/** Flag in the ggml type id of a GGUF tensor stored in the packed layout (`nibble pack`): type
+ *  NIBBLE_GGUF_PACKED_FLAG | 12 is a packed q4_K tensor. Never set in a ggml type id (llama.cpp
+ *  refuses such files). nibble_gguf_tensor_info reports such a tensor with this `type` and
+ *  format -1 (its bytes are not the plain layout nibble_gemv reads); nibble_gguf_tensor_packed
+ *  gives its format. */
+#define NIBBLE_GGUF_PACKED_FLAG 0x1000u
 
 /** An opened, memory-mapped, fully validated GGUF file. Read-only: safe to share between
  *  threads. Every pointer obtained from it stays valid until nibble_gguf_close(). */
@@ -157,8 +199,8 @@ typedef struct nibble_gguf nibble_gguf;
 /** One tensor of a GGUF file. */
 typedef struct nibble_gguf_tensor {
   const char* name; /**< tensor name (NUL-terminated) */
-  uint32_t type;    /**< ggml type id */
-  int format;       /**< nibble format int of `type`, or -1 (no nibble format) */
+  uint32_t type;    /**< ggml type id (with NIBBLE_GGUF_PACKED_FLAG for a packed tensor) */
+  int format;       /**< nibble format int of `type`, or -1 (no nibble format, or packed) */
   int n_dims;       /**< 1..4 */
   int64_t shape[4]; /**< ne[0] (contiguous row length) first; unused dims are 1 */
   int64_t cols;     /**< shape[0] */
@@ -202,6 +244,11 @@ NIBBLE_CAPI nibble_status nibble_gguf_find_tensor(const nibble_gguf* file, const
 /** Description and data pointer of tensor `index` (0 .. count - 1). */
 NIBBLE_CAPI nibble_status nibble_gguf_tensor_info(const nibble_gguf* file, int64_t index,
                                                   nibble_gguf_tensor* info);
+/** Whether tensor `index` is stored in the packed layout: its format int into *format if it is
+ *  (pass its data with rows and cols to nibble_gemv_packed / nibble_gemm_packed / nibble_unpack),
+ *  -1 if it is a plain tensor. */
+NIBBLE_CAPI nibble_status nibble_gguf_tensor_packed(const nibble_gguf* file, int64_t index,
+                                                    int* format);
 
 #ifdef __cplusplus
 } /* extern "C" */
