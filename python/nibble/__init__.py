@@ -9,6 +9,8 @@ NumPy in, NumPy out::
     y = nibble.gemv(blocks, "q4_K", np.ones(4096, np.float32))
     q = nibble.nf4.quantize(w, blocksize=64)         # bitsandbytes-style NF4
     w3 = nibble.nf4.dequantize(q)
+    p = nibble.pack(blocks, "q4_K")                  # packed layout: fast decode
+    y2 = nibble.gemv(p, "q4_K", np.ones(4096, np.float32), packed=True)
 
 Errors raised by the library are ``nibble.Error`` (a ``ValueError``); argument shape and dtype
 problems raise ``ValueError``. Compute releases the GIL. ``threads=0`` uses every hardware
@@ -25,8 +27,11 @@ from ._nibble import (  # noqa: F401
     gemm,
     gemv,
     nf4,
+    pack,
+    packable,
     quantize,
     row_bytes,
+    unpack,
 )
 from . import _nibble
 
@@ -35,7 +40,7 @@ for _name in getattr(_nibble, "_extras", []):
 
 __all__ = [
     "Error", "available_isas", "best_isa", "dequantize", "format_info", "formats", "gemm", "gemv",
-    "nf4", "quantize", "row_bytes",
+    "nf4", "pack", "packable", "quantize", "row_bytes", "unpack",
 ] + list(getattr(_nibble, "_extras", []))
 
 __version__ = "0.1.0"

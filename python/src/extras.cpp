@@ -38,6 +38,8 @@
 #if __has_include("nibble/io/gguf.hpp")
 #define NIBBLE_PY_GGUF 1
 #include "nibble/io/gguf.hpp"
+#include "nibble/io/packed_gguf.hpp"
+#include "nibble/packed.hpp"
 #endif
 
 namespace py = pybind11;
@@ -305,8 +307,10 @@ gw::Value to_gguf_value(const py::handle& o, const std::string& key) {
 
 std::uint32_t gguf_type_by_name(const std::string& name) {
   for (std::uint32_t t = 0; t < 64; ++t) {
-    const char* n = gw::type_info(t).name;
-    if (n && name == n) return t;
+    for (std::uint32_t id : {t, t | gw::kPackedTypeFlag}) {  // "q4_K", "q4_K.x16"
+      const char* n = gw::type_info(id).name;
+      if (n && name == n) return id;
+    }
   }
   throw py::value_error("gguf.write: unknown tensor type \"" + name + "\"");
 }
@@ -578,13 +582,15 @@ void bind_extras(py::module_& m) {
               d["type"] = t.type;
               const auto info = nibble::gguf::type_info(t.type);
               d["type_name"] = info.name ? py::str(info.name) : py::str("?");
+              d["packed"] = t.packed();
               d["offset"] = t.offset;
               d["nbytes"] = t.nbytes;
               l.append(d);
             }
             return l;
           },
-          "list of dicts: name, shape (ne[0] first, as in GGUF), type, type_name, offset, nbytes")
+          "list of dicts: name, shape (ne[0] first, as in GGUF), type, type_name, packed (the\n"
+          "packed layout: type_name q4_K.x16 etc.), offset, nbytes")
       .def(
           "tensor_data",
           [](py::object self, const std::string& name) {
@@ -602,12 +608,13 @@ void bind_extras(py::module_& m) {
           [](const PyGguf& g, const std::string& name) {
             const auto& t = gguf_tensor(g, name);
             const auto info = nibble::gguf::type_info(t.type);
+            const std::uint32_t base = nibble::gguf::base_type(t.type);  // packed: unpacked below
             nibble::Format f{};
             bool found = false;
             for (nibble::Format c : {nibble::Format::f32, nibble::Format::f16, nibble::Format::q8_0,
                                      nibble::Format::q4_K, nibble::Format::q5_K,
                                      nibble::Format::q6_K, nibble::Format::q8_K}) {
-              if (nibble::traits(c).gguf_type == static_cast<int>(t.type)) {
+              if (nibble::traits(c).gguf_type == static_cast<int>(base)) {
                 f = c;
                 found = true;
               }
@@ -623,12 +630,20 @@ void bind_extras(py::module_& m) {
             const std::int64_t rows = cols ? t.elements() / cols : 0;
             const void* src = t.data;
             float* dst = out.mutable_data();
+            const bool packed = t.packed();
             py::gil_scoped_release release;
+            std::vector<std::uint8_t> plain;
+            if (packed) {
+              plain.resize(t.nbytes);
+              nibble::unpack(nibble::Context{}, f, src, rows, cols, plain.data());
+              src = plain.data();
+            }
             nibble::dequantize(f, src, rows, cols, dst);
             return out;
           },
           py::arg("name"),
-          "A tensor dequantized to float32, shape reversed to NumPy order (rows, cols).");
+          "A tensor dequantized to float32, shape reversed to NumPy order (rows, cols). Packed\n"
+          "tensors are unpacked first.");
   gg.def(
       "write",
       [](const std::string& path, const py::dict& metadata, const py::list& tensors) {
@@ -697,6 +712,47 @@ void bind_extras(py::module_& m) {
       "tensors: list of (name, float32/float16 array) or (name, uint8 bytes, type name such as\n"
       "\"q4_K\", NumPy-order shape). Tensor data are aligned to general.alignment (default 32);\n"
       "the file is written to PATH.tmp and renamed.");
+  auto summary = [](const nibble::PackGgufSummary& s) {
+    py::dict d;
+    d["converted"] = s.converted;
+    d["copied"] = s.copied;
+    d["converted_bytes"] = s.converted_bytes;
+    d["file_bytes"] = s.file_bytes;
+    d["seconds"] = s.seconds;
+    return d;
+  };
+  gg.def(
+      "pack_file",
+      [summary](const std::string& in, const std::string& out, int threads) {
+        if (threads < 0) throw py::value_error("threads must be >= 0");
+        nibble::Context ctx;
+        ctx.threads = threads;
+        nibble::PackGgufSummary s;
+        {
+          py::gil_scoped_release release;
+          s = nibble::pack_gguf(in, out, ctx);
+        }
+        return summary(s);
+      },
+      py::arg("in_path"), py::arg("out_path"), py::arg("threads") = 0,
+      "`nibble pack`: writes in_path with its q8_0/q4_K/q5_K/q6_K tensors of >= 16 rows in the\n"
+      "packed layout (type q4_K.x16, ...; every other byte unchanged). Returns a dict: converted,\n"
+      "copied, converted_bytes, file_bytes, seconds.");
+  gg.def(
+      "unpack_file",
+      [summary](const std::string& in, const std::string& out, int threads) {
+        if (threads < 0) throw py::value_error("threads must be >= 0");
+        nibble::Context ctx;
+        ctx.threads = threads;
+        nibble::PackGgufSummary s;
+        {
+          py::gil_scoped_release release;
+          s = nibble::unpack_gguf(in, out, ctx);
+        }
+        return summary(s);
+      },
+      py::arg("in_path"), py::arg("out_path"), py::arg("threads") = 0,
+      "`nibble unpack`: the inverse of pack_file, byte for byte.");
   gg.def(
       "open",
       [](const std::string& path) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nibble/nibble.hpp"
+#include "nibble/packed.hpp"
 
 namespace py = pybind11;
 
@@ -241,14 +242,23 @@ Weights weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
   return w;
 }
 
-// gemv(W, format, x, threads=0, isa=None) -> y (rows,) float32, y = W x.
+// Packed weights for gemv/gemm(packed=True): uint8 blocks only, of a packable format.
+Weights packed_weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
+  if (!nibble::packable(f)) {
+    value_error(std::string("packed=True: format ") + nibble::traits(f).name +
+                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K)");
+  }
+  return weight_bytes(w_obj, f, cols);
+}
+
+// gemv(W, format, x, threads=0, isa=None, packed=False) -> y (rows,) float32, y = W x.
 py::array gemv(const py::handle& w_obj, const std::string& format, const py::handle& x_obj,
-               int threads, const std::optional<std::string>& isa) {
+               int threads, const std::optional<std::string>& isa, bool packed) {
   const Format f = parse_format(format);
   F32Array x = as_f32(x_obj, "x");
   if (x.ndim() != 1) value_error("x has shape " + shape_str(x) + ", expected (cols,)");
   const std::int64_t cols = x.shape(0);
-  const Weights w = weight_bytes(w_obj, f, cols);
+  const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
   const nibble::Context ctx = make_context(threads, isa);
   py::array_t<float> y(static_cast<py::ssize_t>(rows));
@@ -257,19 +267,23 @@ py::array gemv(const py::handle& w_obj, const std::string& format, const py::han
   float* yp = y.mutable_data();
   {
     py::gil_scoped_release release;
-    nibble::gemv(ctx, f, W, rows, cols, xp, yp);
+    if (packed) {
+      nibble::gemv(ctx, nibble::PackedWeights::view(f, W, rows, cols), xp, yp);
+    } else {
+      nibble::gemv(ctx, f, W, rows, cols, xp, yp);
+    }
   }
   return std::move(y);
 }
 
-// gemm(W, format, X, threads=0, isa=None) -> Y (n, rows) float32, Y = X W^T.
+// gemm(W, format, X, threads=0, isa=None, packed=False) -> Y (n, rows) float32, Y = X W^T.
 py::array gemm(const py::handle& w_obj, const std::string& format, const py::handle& x_obj,
-               int threads, const std::optional<std::string>& isa) {
+               int threads, const std::optional<std::string>& isa, bool packed) {
   const Format f = parse_format(format);
   F32Array X = as_f32(x_obj, "X");
   if (X.ndim() != 2) value_error("X has shape " + shape_str(X) + ", expected (n, cols)");
   const std::int64_t n = X.shape(0), cols = X.shape(1);
-  const Weights w = weight_bytes(w_obj, f, cols);
+  const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
   const nibble::Context ctx = make_context(threads, isa);
   py::array_t<float> Y({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
@@ -278,9 +292,71 @@ py::array gemm(const py::handle& w_obj, const std::string& format, const py::han
   float* yp = Y.mutable_data();
   {
     py::gil_scoped_release release;
-    nibble::gemm(ctx, f, W, rows, cols, xp, n, yp);
+    if (packed) {
+      nibble::gemm(ctx, nibble::PackedWeights::view(f, W, rows, cols), xp, n, yp);
+    } else {
+      nibble::gemm(ctx, f, W, rows, cols, xp, n, yp);
+    }
   }
   return std::move(Y);
+}
+
+// pack(blocks, format, cols=None, threads=0) / unpack(...): uint8 (rows, row_bytes) -> the same
+// shape in the other layout. A flat (rows * row_bytes,) array needs cols.
+py::array permute(const py::handle& b_obj, const std::string& format,
+                  const std::optional<std::int64_t>& cols_arg, int threads, bool to_packed) {
+  const char* what = to_packed ? "blocks" : "packed";
+  const Format f = parse_format(format);
+  if (!nibble::packable(f)) {
+    value_error(std::string(to_packed ? "pack" : "unpack") + ": format " + nibble::traits(f).name +
+                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K)");
+  }
+  U8Array b = as_blocks(b_obj, what);
+  const auto t = nibble::traits(f);
+  std::int64_t rows = 0, cols = 0;
+  if (b.ndim() == 2) {
+    const std::int64_t rb = b.shape(1);
+    if (rb % static_cast<std::int64_t>(t.block_bytes) != 0) {
+      value_error(std::string(what) + " has shape " + shape_str(b) + ": " + std::to_string(rb) +
+                  " bytes per row is not a whole number of " + t.name + " blocks (" +
+                  std::to_string(t.block_bytes) + " bytes)");
+    }
+    rows = b.shape(0);
+    cols = rb / static_cast<std::int64_t>(t.block_bytes) * t.block_elems;
+    if (cols_arg && *cols_arg != cols) {
+      value_error("cols = " + std::to_string(*cols_arg) + " does not match " + what + " of shape " +
+                  shape_str(b) + " (" + std::to_string(cols) + " values per row)");
+    }
+  } else if (b.ndim() == 1) {
+    if (!cols_arg) {
+      value_error(std::string(what) + " is flat (shape " + shape_str(b) +
+                  "): pass cols, or a (rows, row_bytes) array");
+    }
+    cols = *cols_arg;
+    const std::int64_t rb = checked_row_bytes(f, cols);
+    if (b.size() % rb != 0) {
+      value_error(std::string(what) + " has " + std::to_string(b.size()) +
+                  " bytes, not a multiple of row_bytes " + std::to_string(rb));
+    }
+    rows = b.size() / rb;
+  } else {
+    value_error(std::string(what) + " has shape " + shape_str(b) +
+                ", expected (rows, row_bytes) or flat");
+  }
+  const nibble::Context ctx = make_context(threads, std::nullopt);
+  std::vector<py::ssize_t> shape(b.shape(), b.shape() + b.ndim());
+  py::array_t<std::uint8_t> out(shape);
+  const std::uint8_t* src = b.data();
+  std::uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    if (to_packed) {
+      nibble::pack(ctx, f, src, rows, cols, dst);
+    } else {
+      nibble::unpack(ctx, f, src, rows, cols, dst);
+    }
+  }
+  return std::move(out);
 }
 
 // ---- nf4 (bitsandbytes QuantState-like) ----
@@ -396,12 +472,32 @@ PYBIND11_MODULE(_nibble, m) {
       "Dequantizes uint8 blocks of `format` to a float32 array of `shape` (cols or (rows, cols)).");
   m.def(
       "gemv", &gemv, py::arg("W"), py::arg("format"), py::arg("x"), py::arg("threads") = 0,
-      py::arg("isa") = py::none(),
+      py::arg("isa") = py::none(), py::arg("packed") = false,
       "y = W x. W: uint8 blocks (rows, row_bytes) of `format` (or float32 (rows, cols) for f32),\n"
-      "x: (cols,). Returns float32 (rows,).");
+      "x: (cols,). Returns float32 (rows,). packed=True: W is in the packed layout (from\n"
+      "nibble.pack, or a packed GGUF tensor).");
   m.def("gemm", &gemm, py::arg("W"), py::arg("format"), py::arg("X"), py::arg("threads") = 0,
-        py::arg("isa") = py::none(),
-        "Y = X W^T. W as in gemv, X: (n, cols). Returns float32 (n, rows).");
+        py::arg("isa") = py::none(), py::arg("packed") = false,
+        "Y = X W^T. W as in gemv (packed=True: the packed layout), X: (n, cols). Returns float32\n"
+        "(n, rows).");
+  m.def(
+      "packable", [](const std::string& format) { return nibble::packable(parse_format(format)); },
+      py::arg("format"), "True if `format` has a packed layout (q8_0, q4_K, q5_K, q6_K).");
+  m.def(
+      "pack",
+      [](const py::handle& b, const std::string& format, const std::optional<std::int64_t>& cols,
+         int threads) { return permute(b, format, cols, threads, true); },
+      py::arg("blocks"), py::arg("format"), py::arg("cols") = py::none(), py::arg("threads") = 0,
+      "The packed (row-interleaved, 16-row groups) layout of uint8 blocks (rows, row_bytes) of\n"
+      "`format`: the same bytes permuted, same shape (a flat array needs cols). Decode GEMV on it\n"
+      "(gemv(..., packed=True)) streams at the memory bandwidth. Lossless: unpack gives the\n"
+      "blocks back.");
+  m.def(
+      "unpack",
+      [](const py::handle& b, const std::string& format, const std::optional<std::int64_t>& cols,
+         int threads) { return permute(b, format, cols, threads, false); },
+      py::arg("packed"), py::arg("format"), py::arg("cols") = py::none(), py::arg("threads") = 0,
+      "The plain GGUF blocks of a packed array (the inverse of pack, byte for byte).");
 
   py::module_ nf4 = m.def_submodule("nf4", "bitsandbytes-compatible NF4 / FP4 (quantize_4bit)");
   py::class_<PyQuantized>(nf4, "Quantized",
