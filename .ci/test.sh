@@ -36,7 +36,7 @@ native() {
   (cd build && ctest --output-on-failure --no-tests=error -j"$jobs")
 }
 # Kernel, dispatch, API, quantizer and golden tests on emulated CPUs (smaller random sweeps).
-emu_tests="test_dispatch test_api test_capi test_kernels_basic test_kernels_kquant test_kernels_legacy test_w8a8 test_quantizers_simd"
+emu_tests="test_dispatch test_api test_capi test_kernels_basic test_kernels_kquant test_kernels_legacy test_w8a8 test_quantizers_simd test_packed"
 emulated_x86() {
   TESTS="$emu_tests" NIBBLE_QZ_SUPERBLOCKS=256 bash tests/cross/run_x86_emulated.sh build
 }
