@@ -47,6 +47,7 @@ template <class Tag>
 struct PackedQ6 {
   static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
+  static constexpr int kStreams = 2;
 
   /// The GEMV pieces of packed_gemv (activations: plain Q8_K blocks).
   using Act = const BlockQ8_K*;
@@ -116,6 +117,7 @@ template <class Tag>
 struct PackedQ8_0 {
   static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ8_0);
+  static constexpr int kStreams = 2;
   using D = S8Dot<Tag>;
   using S = Q8_0Simd<Tag>;  // its activation relayout: quants, per-dword bias sums, fp32 scales
 

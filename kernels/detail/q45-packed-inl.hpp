@@ -49,14 +49,24 @@ struct PackedGroup {
 /// streams (the first and the second half of the range, block by block in lockstep). Measured
 /// on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved with the membw sum): one
 /// stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04, four at 0.89-0.95,
-/// eight at 0.4. The body K provides Act (act(A, cols)), State (zeroed by construction),
-/// blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
+/// eight at 0.4. The body K provides kStreams (1 or 2), Act (act(A, cols)), State (zeroed by
+/// construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
 template <class K>
 inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                         const std::uint8_t* A, float* y) {
   const std::int64_t nb = K::blocks(cols);
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
+  if constexpr (K::kStreams == 1) {
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::uint8_t* pa = P + static_cast<std::size_t>(g) * gs;
+      typename K::State sa;
+      for (std::int64_t b = 0; b < nb; ++b)
+        K::block(pa + static_cast<std::size_t>(b) * K::kGroupBlock, act, b, sa);
+      K::store(sa, y + 16 * g);
+    }
+    return;
+  }
   const std::int64_t half = (g1 - g0 + 1) / 2;
   for (std::int64_t i = 0; i < half; ++i) {
     const std::int64_t ga = g0 + i, gb = ga + half;
@@ -89,6 +99,7 @@ struct PackedQ45 {
   /// of the exact int32 sums: only with VNNI (without it the int16 pair sums would saturate)
   /// and without a fifth bit.
   static constexpr bool kHiTrick = Tag::vnni && !HighBit;
+  static constexpr int kStreams = 2;  ///< see packed_gemv
 
   /// Per activation block: its sub-block sums (bsums[2j] + bsums[2j+1], j = 0..7) split as
   /// l + 128 h with l in [-64, 63] (bytes of ml) and h in [-32, 32] (bytes of mh).
@@ -149,14 +160,14 @@ struct PackedQ45 {
     return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
   }
   struct State {
-    VF<Tag> acc[kH], accm[kH];
+    VF<Tag> acc[kH];  ///< d-terms minus dmin-terms
     State() {
-      for (int h = 0; h < kH; ++h) acc[h] = accm[h] = VF<Tag>(0.0f);
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
     }
   };
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
   static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) (st.acc[h] - st.accm[h]).store_unaligned(y + h * kL);
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
   }
 
   /// One group block (block b of the 16 rows) into the state.
@@ -171,7 +182,7 @@ struct PackedQ45 {
                       u2 = unit(gb, 3, h);
       const VU32<Tag> sc[2] = {u0 & k3f, (u2 & m4) | ((u0 >> 2) & k30)};
       const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & m4) | ((u1 >> 2) & k30)};
-      VI32<Tag> tot(0), tot_hi(0);
+      VI32<Tag> tot(0), tot_hi(0);      // tot_hi: the 16x high-nibble sums (kHiTrick only)
       for (int sp = 0; sp < 4; ++sp) {  // sub-blocks 2 sp (low nibbles) and 2 sp + 1
         const VU32<Tag> s = sc[sp / 2] >> (16 * (sp % 2));
         const VI32<Tag> s_lo = as<std::int32_t>(s & kff), s_hi = as<std::int32_t>((s >> 8) & kff);
@@ -186,7 +197,11 @@ struct PackedQ45 {
                 dot_u8s8<Tag>(hi_sum, as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
           }
           tot = tot + lo_sum * s_lo;
-          tot_hi = tot_hi + hi_sum * s_hi;
+          if constexpr (kHiTrick) {
+            tot_hi = tot_hi + hi_sum * s_hi;
+          } else {
+            tot = tot + hi_sum * s_hi;
+          }
         } else {
           // int16 pair sums of kDepth units, then one pmaddwd per sub-block applies the
           // scale (as the int16 pair (s, s)) and widens
@@ -203,22 +218,18 @@ struct PackedQ45 {
                      madd_u8s8<Tag>(as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
             }
             tot = tot + madd_i16<Tag>(lo16, p_lo);
-            tot_hi = tot_hi + madd_i16<Tag>(hi16, p_hi);
+            tot = tot + madd_i16<Tag>(hi16, p_hi);
           }
         }
       }
-      if constexpr (kHiTrick) {
-        tot = tot + (tot_hi >> 4);  // exact: every high-nibble product is a multiple of 16
-      } else {
-        tot = tot + tot_hi;
-      }
+      if constexpr (kHiTrick) tot = tot + (tot_hi >> 4);  // exact: multiples of 16
       VI32<Tag> ms = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.mh));
       ms = dot_u8s8<Tag>(ms, as<std::uint8_t>(mn[1]), bcast4<Tag>(pb.mh + 4));
       VI32<Tag> ml = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.ml));
       ml = dot_u8s8<Tag>(ml, as<std::uint8_t>(mn[1]), bcast4<Tag>(pb.ml + 4));
       ms = (ms << 7) + ml;
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(hd) * da, st.acc[h]);
-      st.accm[h] = fmadd<Tag>(xsimd::to_float(ms), h2f_lo16<Tag>(hd >> 16) * da, st.accm[h]);
+      st.acc[h] = fmadd<Tag>(xsimd::to_float(ms), -(h2f_lo16<Tag>(hd >> 16) * da), st.acc[h]);
     }
   }
 

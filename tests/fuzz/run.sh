@@ -26,7 +26,7 @@ SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 start=$(date +%s)
 # 1. The library, instrumented for coverage and sanitizers (no tests, CLI, OpenMP or BLAS).
 cmake -S "$ROOT" -B "$BUILD/lib" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER="$CXX" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_COMPILER="$CXX" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $SAN" \
   -DNIBBLE_BUILD_TESTS=OFF -DNIBBLE_BUILD_BENCH=OFF -DNIBBLE_BUILD_CLI=OFF \
   -DNIBBLE_BUILD_PYTHON=OFF -DNIBBLE_OPENMP=OFF -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON \
