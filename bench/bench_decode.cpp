@@ -9,27 +9,31 @@
 namespace nibble_bench {
 namespace {
 
-std::unique_ptr<nibble::decode::Stack>& decode_slot() {
-  static std::unique_ptr<nibble::decode::Stack> s;
-  return s;
+// The stack as built or stored in the file (0), and in the plain (1) and packed (2) layouts.
+std::unique_ptr<nibble::decode::Stack>& decode_slot(int which) {
+  static std::unique_ptr<nibble::decode::Stack> s[3];
+  return s[which];
 }
 
-const nibble::decode::Stack& decode_stack() {
-  std::unique_ptr<nibble::decode::Stack>& slot = decode_slot();
-  if (!slot) {
+const nibble::decode::Stack& decode_stack(bool packed) {
+  std::unique_ptr<nibble::decode::Stack>& stored = decode_slot(0);
+  if (!stored) {
     release_weights();
     membw_slot() = Buffer{};
-    slot = std::make_unique<nibble::decode::Stack>(
+    stored = std::make_unique<nibble::decode::Stack>(
         config().decode_model.empty()
             ? nibble::decode::make_llama7b_q4km_stack(config().decode_layers)
             : nibble::decode::load_gguf_stack(config().decode_model));
   }
+  std::unique_ptr<nibble::decode::Stack>& slot = decode_slot(packed ? 2 : 1);
+  if (!slot)
+    slot = std::make_unique<nibble::decode::Stack>(nibble::decode::with_layout(*stored, packed));
   return *slot;
 }
 
-void run_decode(benchmark::State& st, int threads) {
+void run_decode(benchmark::State& st, int threads, bool packed) {
   try {
-    const nibble::decode::Stack& s = decode_stack();
+    const nibble::decode::Stack& s = decode_stack(packed);
     nibble::Context ctx;
     ctx.threads = threads;
     nibble::decode::Runner r(s, ctx);
@@ -56,7 +60,7 @@ void run_decode(benchmark::State& st, int threads) {
 }  // namespace
 
 void release_decode() {
-  decode_slot().reset();
+  for (int i = 2; i >= 0; --i) decode_slot(i).reset();
 }
 
 void register_decode(const std::vector<int>& threads) {
@@ -70,13 +74,17 @@ void register_decode(const std::vector<int>& threads) {
   }
   const std::string isa = nibble::isa_name(nibble::best_isa());
   for (int t : threads) {
-    // kernel/format/impl/shape/threads:T/cold, as the other rows (format = the type mix).
-    const std::string name = "decode/" + what.substr(0, what.find('/')) + "/" + isa + "/" +
-                             what.substr(what.find('/') + 1) + "/threads:" + std::to_string(t) +
-                             "/cold";
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_decode(st, t); })
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+    // kernel/format/impl/shape/threads:T/cold, as the other rows (format = the type mix, with
+    // ".x16" for the packed layout as in the product rows), plain and packed interleaved.
+    for (bool packed : {false, true}) {
+      const std::string name = "decode/" + what.substr(0, what.find('/')) + (packed ? ".x16" : "") +
+                               "/" + isa + "/" + what.substr(what.find('/') + 1) +
+                               "/threads:" + std::to_string(t) + "/cold";
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [=](benchmark::State& st) { run_decode(st, t, packed); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
 }
 

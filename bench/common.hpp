@@ -141,7 +141,8 @@ double product_tolerance(nibble::Format f);
 /// format so that consecutive benchmarks share the cached weight set.
 void register_membw(const std::vector<int>& threads);
 /// Model decode step rows (bench_decode.cpp): every linear of the built-in llama-2-7B-shaped
-/// Q4_K_M stack (config().decode_layers) or of config().decode_model, one token, per thread count.
+/// Q4_K_M stack (config().decode_layers) or of config().decode_model, one token, per thread count,
+/// in the plain and in the packed layout (format name + ".x16"; packed at setup).
 void register_decode(const std::vector<int>& threads);
 /// Frees the decode stack (weight_set() calls it so the two never coexist).
 void release_decode();

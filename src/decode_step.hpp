@@ -8,12 +8,17 @@
 // read against the read bandwidth of the same machine (read_bandwidth below, or nibble-bench's
 // membw rows): weight bytes / step time / bandwidth = the fraction of the roofline reached.
 //
+// Layouts: a weight is plain (GGUF blocks) or packed (nibble/packed.hpp, `Linear::packed`); a
+// packed GGUF file's packed tensors are used as mapped, and with_layout() gives a stack with every
+// weight in one layout (packing / unpacking at setup), so that both can be timed in one run.
+//
 // Two sources of a stack:
 //   - a GGUF file: every 2-D tensor in file order (3-D+ tensors, e.g. stacked MoE experts, are
 //     listed as skipped) whose type nibble can multiply (f32, f16, q8_0,
-//     q4_K, q5_K, q6_K), except token_embd.weight (an embedding lookup reads one row per token)
-//     unless the file has no output.weight (tied embeddings: then it is the output projection);
-//     the weights are used in place (zero-copy views into the mapped file);
+//     q4_K, q5_K, q6_K, and the packed q8_0 / q4_K / q5_K / q6_K), except token_embd.weight (an
+//     embedding lookup reads one row per token) unless the file has no output.weight (tied
+//     embeddings: then it is the output projection); the weights are used in place (zero-copy views
+//     into the mapped file);
 //   - a built-in llama-2-7B-shaped stack of `layers` layers quantized with llama-quantize's
 //     Q4_K_M type mix (see make_llama7b_q4km_stack).
 #pragma once
@@ -37,6 +42,7 @@
 
 #include "nibble/io/gguf.hpp"
 #include "nibble/nibble.hpp"
+#include "nibble/packed.hpp"
 
 namespace nibble::decode {
 
@@ -48,6 +54,7 @@ struct Linear {
   std::int64_t cols = 0;        ///< input features (GGUF ne[0])
   const void* data = nullptr;   ///< the weights, rows * row_bytes(format, cols) bytes
   std::uint64_t bytes = 0;      ///< bytes of W
+  bool packed = false;          ///< W is in the packed layout (nibble/packed.hpp)
 };
 
 /// A model's linear layers in execution (or file) order, with the storage they point into.
@@ -57,6 +64,7 @@ struct Stack {
   std::vector<std::string> skipped;  ///< 2-D tensors left out (name and reason)
   std::shared_ptr<void> storage;     ///< owned weights (built-in stack)
   std::shared_ptr<gguf::File> file;  ///< mapped file (GGUF stack)
+  std::shared_ptr<void> converted;   ///< weights packed / unpacked by with_layout()
 
   /// Bytes of all weights (what one decode step reads).
   std::uint64_t bytes() const {
@@ -74,6 +82,12 @@ struct Stack {
     std::int64_t m = 0;
     for (const Linear& l : linears) m = std::max(m, l.rows);
     return m;
+  }
+  /// Number of packed linears.
+  std::size_t packed_count() const {
+    std::size_t n = 0;
+    for (const Linear& l : linears) n += l.packed ? 1 : 0;
+    return n;
   }
 };
 
@@ -249,7 +263,8 @@ inline Stack load_gguf_stack(const std::string& path) {
       continue;
     }
     Format f;
-    if (!format_of_gguf_type(t.type, &f)) {
+    const bool packed = t.packed();  // the reader accepts packed types of packable formats only
+    if (!format_of_gguf_type(gguf::base_type(t.type), &f) || (packed && !packable(f))) {
       const char* tn = gguf::type_info(t.type).name;
       s.skipped.push_back(t.name + " (type " + (tn ? tn : std::to_string(t.type)) +
                           " has no nibble GEMV)");
@@ -262,6 +277,7 @@ inline Stack load_gguf_stack(const std::string& path) {
     l.rows = t.shape[1];
     l.data = t.data;
     l.bytes = t.nbytes;
+    l.packed = packed;
     if (l.bytes != static_cast<std::uint64_t>(l.rows) * row_bytes(f, l.cols)) {
       throw Error("decode: tensor " + t.name + " has " + std::to_string(t.nbytes) +
                   " bytes, expected rows * row_bytes");
@@ -276,8 +292,49 @@ inline Stack load_gguf_stack(const std::string& path) {
   return s;
 }
 
+/// `s` with every linear in one layout: `packed` = true packs each plain linear of a packable
+/// format with at least kPackedGroupRows rows (the others stay plain); false unpacks each packed
+/// one. The converted weights are copied into new 4 KiB-aligned storage (with `threads` threads,
+/// 0 = all) at setup; the rest still points into `s`'s storage or file, which the result keeps
+/// alive. The label gets " [packed]" or " [plain]".
+inline Stack with_layout(const Stack& s, bool packed, int threads = 0) {
+  Stack r = s;
+  auto convert = [&](const Linear& l) {
+    if (packed) return !l.packed && packable(l.format) && l.rows >= kPackedGroupRows;
+    return l.packed;
+  };
+  std::vector<std::uint64_t> offset(r.linears.size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < r.linears.size(); ++i) {
+    if (!convert(r.linears[i])) continue;
+    offset[i] = total;
+    total += (r.linears[i].bytes + 4095) / 4096 * 4096;
+  }
+  if (total > 0) {
+    r.converted = detail::alloc_weights(static_cast<std::size_t>(total), false);
+    char* base = static_cast<char*>(r.converted.get());
+    Context ctx;
+    ctx.threads = threads;
+    for (std::size_t i = 0; i < r.linears.size(); ++i) {
+      Linear& l = r.linears[i];
+      if (!convert(l)) continue;
+      char* dst = base + offset[i];
+      if (packed) {
+        pack(ctx, l.format, l.data, l.rows, l.cols, dst);
+      } else {
+        unpack(ctx, l.format, l.data, l.rows, l.cols, dst);
+      }
+      l.data = dst;
+      l.packed = packed;
+    }
+  }
+  r.label += packed ? " [packed]" : " [plain]";
+  return r;
+}
+
 /// Runs decode steps over a Stack: fixed pseudo-random activations (one vector of max_cols
-/// values; each layer reads its first `cols`), one output buffer.
+/// values; each layer reads its first `cols`), one output buffer. Packed linears run through the
+/// packed gemv (nibble::PackedWeights views of their bytes, made once here).
 class Runner {
  public:
   /// `ctx` picks the ISA and thread count of every GEMV.
@@ -285,13 +342,24 @@ class Runner {
       : s_(s),
         ctx_(ctx),
         x_(static_cast<std::size_t>(s.max_cols())),
-        y_(static_cast<std::size_t>(s.max_rows())) {
+        y_(static_cast<std::size_t>(s.max_rows())),
+        views_(s.linears.size()) {
     detail::fill_random(x_.data(), x_.size(), 7, 1.0f);
+    for (std::size_t i = 0; i < s.linears.size(); ++i) {
+      const Linear& l = s.linears[i];
+      if (l.packed) views_[i] = PackedWeights::view(l.format, l.data, l.rows, l.cols);
+    }
   }
   /// One token: a GEMV through every linear in order.
   void step() {
-    for (const Linear& l : s_.linears)
-      gemv(ctx_, l.format, l.data, l.rows, l.cols, x_.data(), y_.data());
+    for (std::size_t i = 0; i < s_.linears.size(); ++i) {
+      const Linear& l = s_.linears[i];
+      if (l.packed) {
+        gemv(ctx_, views_[i], x_.data(), y_.data());
+      } else {
+        gemv(ctx_, l.format, l.data, l.rows, l.cols, x_.data(), y_.data());
+      }
+    }
   }
   /// Output of the last GEMV (rows of the last linear).
   const float* y() const { return y_.data(); }
@@ -300,6 +368,7 @@ class Runner {
   const Stack& s_;
   Context ctx_;
   std::vector<float> x_, y_;
+  std::vector<PackedWeights> views_;
 };
 
 /// Median seconds per step over at least `min_steps` steps and `min_seconds` seconds, after one

@@ -15,7 +15,9 @@
 
 #include "../src/decode_step.hpp"
 #include "nibble/io/gguf.hpp"
+#include "nibble/io/packed_gguf.hpp"
 #include "nibble/nibble.hpp"
+#include "nibble/packed.hpp"
 
 namespace {
 
@@ -193,6 +195,72 @@ TEST(DecodeStep, GgufErrors) {
   g::write_file(path, {}, m.tensors);
   EXPECT_THROW(d::load_gguf_stack(path), nibble::Error);
   std::remove(path.c_str());
+}
+
+// with_layout(): packable linears of 16+ rows packed (bytes = nibble::pack), the rest untouched;
+// the packed step computes what the plain one does; a packed file's tensors are loaded as packed
+// and with_layout(false) gives back the plain bytes.
+TEST(DecodeStep, PackedLayout) {
+  TinyModel m;
+  m.blobs.reserve(8);
+  m.add("blk.0.attn_q.weight", Format::q4_K, 40, 256, 2);  // 2 groups + 8 plain rows
+  m.add("blk.0.attn_k.weight", Format::q4_K, 8, 256, 5);   // fewer than 16 rows: stays plain
+  m.add("blk.0.attn_v.weight", Format::f16, 32, 256, 6);   // not packable
+  m.add("blk.0.ffn_down.weight", Format::q6_K, 16, 512, 3);
+  m.add("output.weight", Format::q8_0, 48, 256, 4);
+  const std::string path = ::testing::TempDir() + "nibble_decode_packed.gguf";
+  g::write_file(path, {}, m.tensors);
+  const d::Stack s = d::load_gguf_stack(path);
+  ASSERT_EQ(s.linears.size(), 5u);
+  EXPECT_EQ(s.packed_count(), 0u);
+  const d::Stack p = d::with_layout(s, true, 2);
+  ASSERT_EQ(p.linears.size(), 5u);
+  EXPECT_EQ(p.packed_count(), 3u);
+  EXPECT_EQ(p.bytes(), s.bytes());
+  const bool want[] = {true, false, false, true, true};
+  for (std::size_t i = 0; i < 5; ++i) {
+    const d::Linear& a = s.linears[i];
+    const d::Linear& b = p.linears[i];
+    EXPECT_EQ(b.packed, want[i]) << a.name;
+    if (!want[i]) {
+      EXPECT_EQ(b.data, a.data) << a.name;  // not copied
+      continue;
+    }
+    std::vector<std::uint8_t> ref(a.bytes);
+    nibble::pack(nibble::Context{}, a.format, a.data, a.rows, a.cols, ref.data());
+    EXPECT_EQ(0, std::memcmp(b.data, ref.data(), ref.size())) << a.name;
+  }
+  EXPECT_NE(p.label.find("[packed]"), std::string::npos);
+  // the packed step computes the same outputs (the last linear's y) as the plain one
+  nibble::Context ctx;
+  ctx.threads = 2;
+  d::Runner rs(s, ctx), rp(p, ctx);
+  rs.step();
+  rp.step();
+  for (std::int64_t r = 0; r < 48; ++r)
+    EXPECT_NEAR(rp.y()[r], rs.y()[r], 1e-4 * (1.0 + std::fabs(rs.y()[r]))) << r;
+  // a packed file: its packed tensors are used as mapped; unpacked they are the original bytes
+  const std::string packed_path = ::testing::TempDir() + "nibble_decode_packed.x16.gguf";
+  nibble::pack_gguf(path, packed_path);
+  const d::Stack f = d::load_gguf_stack(packed_path);
+  EXPECT_TRUE(f.skipped.empty());
+  ASSERT_EQ(f.linears.size(), 5u);
+  EXPECT_EQ(f.packed_count(), 3u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(f.linears[i].packed, want[i]);
+    EXPECT_EQ(0, std::memcmp(f.linears[i].data, p.linears[i].data, p.linears[i].bytes));
+  }
+  const d::Stack u = d::with_layout(f, false);
+  EXPECT_EQ(u.packed_count(), 0u);
+  for (std::size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(0, std::memcmp(u.linears[i].data, s.linears[i].data, s.linears[i].bytes));
+  const d::Stack again = d::with_layout(f, true);  // nothing left to pack: no copy
+  EXPECT_EQ(again.converted, nullptr);
+  d::Runner rf(f, ctx);
+  rf.step();
+  for (std::int64_t r = 0; r < 48; ++r) EXPECT_EQ(rf.y()[r], rp.y()[r]) << r;
+  std::remove(path.c_str());
+  std::remove(packed_path.c_str());
 }
 
 TEST(DecodeStep, ReadBandwidthPositive) {

@@ -16,7 +16,8 @@ namespace {
 
 void bench_model_usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: nibble bench MODEL.gguf [-t N] [--min-time S] [--membw-bytes N]\n"
+               "usage: nibble bench MODEL.gguf [-t N] [--packed] [--min-time S] "
+               "[--membw-bytes N]\n"
                "  one decode step = one GEMV (a single token) through every 2-D weight of the "
                "file in\n"
                "  file order, each in its own format, weights in DRAM (token_embd is a lookup and "
@@ -25,6 +26,10 @@ void bench_model_usage(std::FILE* out) {
                "and\n"
                "  weight GB/s against the memory read bandwidth measured in the same run.\n"
                "  -t N             threads (default: 1 and 2)\n"
+               "  --packed         time the plain and the packed layout (nibble pack) side by\n"
+               "                   side: each q8_0/q4_K/q5_K/q6_K weight of 16+ rows packed at\n"
+               "                   setup (or, in a packed file, unpacked for the plain rows);\n"
+               "                   without it the weights run as stored in the file\n"
                "  --min-time S     seconds per measurement (default 1)\n"
                "  --membw-bytes N  array size of the bandwidth measurement (default max(4 x LLC, "
                "512 MiB))\n"
@@ -46,6 +51,7 @@ int cmd_bench_model(int argc, char** argv) {
   std::vector<int> threads;
   double min_time = 1.0;
   std::size_t membw_bytes = 0;
+  bool both_layouts = false;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* what) -> std::string {
@@ -59,6 +65,8 @@ int cmd_bench_model(int argc, char** argv) {
       const int t = std::atoi(value("-t").c_str());
       if (t < 1) throw nibble::Error("bench: -t must be a positive thread count");
       threads.push_back(t);
+    } else if (a == "--packed") {
+      both_layouts = true;
     } else if (a == "--min-time") {
       min_time = std::strtod(value("--min-time").c_str(), nullptr);
       if (!(min_time >= 0)) throw nibble::Error("bench: --min-time must be >= 0");
@@ -83,27 +91,46 @@ int cmd_bench_model(int argc, char** argv) {
 
   const nibble::decode::Stack s = nibble::decode::load_gguf_stack(path);
   const double mib = static_cast<double>(s.bytes()) / (1 << 20);
-  std::printf("model: %s: %zu linear weights, %.1f MiB read per token\n", s.label.c_str(),
-              s.linears.size(), mib);
+  std::printf("model: %s: %zu linear weights (%zu packed in the file), %.1f MiB read per token\n",
+              s.label.c_str(), s.linears.size(), s.packed_count(), mib);
   for (const std::string& k : s.skipped) std::printf("  skipped %s\n", k.c_str());
+  // The layouts to time: as stored, or plain and packed (converted at setup).
+  std::vector<nibble::decode::Stack> variants;
+  std::vector<std::string> names;
+  if (both_layouts) {
+    variants.push_back(nibble::decode::with_layout(s, false));
+    names.emplace_back("plain");
+    variants.push_back(nibble::decode::with_layout(s, true));
+    names.emplace_back("packed");
+    std::printf(
+        "layouts: plain (%zu weights unpacked at setup), packed (%zu of %zu weights "
+        "packed)\n",
+        s.packed_count(), variants.back().packed_count(), s.linears.size());
+  } else {
+    variants.push_back(s);
+    const std::size_t np = s.packed_count();
+    names.emplace_back(np == 0 ? "plain" : np == s.linears.size() ? "packed" : "mixed");
+  }
   if (s.bytes() < 2 * llc_bytes()) {
     std::printf(
         "  note: the weights are smaller than 2 x LLC (%zu MiB): partly cache-resident, "
         "not a DRAM-bound step\n",
         llc_bytes() >> 20);
   }
-  std::printf("isa: %s\n\n%3s %10s %9s %8s %12s %7s\n", nibble::isa_name(nibble::best_isa()), "thr",
-              "ms/token", "tokens/s", "wGB/s", "membw GB/s", "%membw");
+  std::printf("isa: %s\n\n%3s %10s %9s %8s %12s %7s  %s\n", nibble::isa_name(nibble::best_isa()),
+              "thr", "ms/token", "tokens/s", "wGB/s", "membw GB/s", "%membw", "layout");
   for (int t : threads) {
     const double bw = nibble::decode::read_bandwidth(membw_bytes, t);
     nibble::Context ctx;
     ctx.threads = t;
-    nibble::decode::Runner r(s, ctx);
-    const double sec = nibble::decode::time_steps(r, min_time);
-    const double wbs = static_cast<double>(s.bytes()) / sec;
-    std::printf("%3d %10.3f %9.2f %8.2f %12.2f %6.0f%%\n", t, sec * 1e3, 1.0 / sec, wbs / 1e9,
-                bw / 1e9, bw > 0 ? 100.0 * wbs / bw : 0.0);
-    std::fflush(stdout);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      nibble::decode::Runner r(variants[v], ctx);
+      const double sec = nibble::decode::time_steps(r, min_time);
+      const double wbs = static_cast<double>(s.bytes()) / sec;
+      std::printf("%3d %10.3f %9.2f %8.2f %12.2f %6.0f%%  %s\n", t, sec * 1e3, 1.0 / sec, wbs / 1e9,
+                  bw / 1e9, bw > 0 ? 100.0 * wbs / bw : 0.0, names[v].c_str());
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

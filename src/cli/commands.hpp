@@ -28,7 +28,8 @@ int cmd_imatrix(int argc, char** argv);
 /// of a text, printed like llama-tokenize (--no-escape --no-parse-special).
 int cmd_tokenize(int argc, char** argv);
 
-/// `nibble bench MODEL.gguf [-t N] [--min-time S] [--membw-bytes N]`: the model decode step
-/// (one GEMV through every linear weight of the file, weights in DRAM) in tokens/s and as a
-/// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N).
+/// `nibble bench MODEL.gguf [-t N] [--packed] [--min-time S] [--membw-bytes N]`: the model decode
+/// step (one GEMV through every linear weight of the file, weights in DRAM) in tokens/s and as a
+/// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N); --packed times
+/// the plain and the packed layout side by side.
 int cmd_bench_model(int argc, char** argv);

@@ -62,8 +62,9 @@ void usage(std::FILE* out) {
                "             (every format vs fp32 OpenBLAS/Eigen, scalar, bandwidth roofline)\n"
                "             and print the ratio table; runs `nibble-bench --summary`, which\n"
                "             must sit next to this program (build with NIBBLE_BUILD_BENCH=ON)\n"
-               "  bench      MODEL.gguf [-t N]: one decode step (a GEMV through every linear\n"
-               "             weight) of this model: tokens/s and %% of the memory bandwidth\n"
+               "  bench      MODEL.gguf [-t N] [--packed]: one decode step (a GEMV through every\n"
+               "             linear weight) of this model: tokens/s and %% of the memory\n"
+               "             bandwidth (--packed: plain and packed layout side by side)\n"
                "  isa        print the ISAs this binary can run here and the one it picks\n"
                "  -h, --help this text\n");
 }
