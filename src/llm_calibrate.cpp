@@ -22,12 +22,16 @@ using detail::fail;
 namespace {
 
 // ggml type ids used here.
-constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
+constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
+                        kQ6_K = 14;
 
 using RowMajorXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-bool is_kquant(std::uint32_t t) {
-  return t == kQ4_K || t == kQ5_K || t == kQ6_K;
+// Whether gptq::quantize_blocks can produce type t for rows of `cols` values.
+bool gptq_type(std::uint32_t t, std::int64_t cols) {
+  if (t == kQ4_K || t == kQ5_K || t == kQ6_K) return cols % 256 == 0;
+  if (t == kQ8_0 || t == kQ5_0 || t == kQ4_0) return cols % 32 == 0;
+  return false;
 }
 
 // The seven matrices of a block, their input groups (one Hessian per distinct input: q/k/v share
@@ -141,13 +145,13 @@ Calibrator::Calibrator(const std::string& in_path, LlamaFtype ftype,
       }
       (void)weight_format(p.out_type, name);  // the forward pass must run the output type
       const gguf::TensorInfo* t = model_.file().find_tensor(name);
-      if (is_kquant(p.out_type) && t->shape[0] % 256 == 0) any_gptq = true;
+      if (gptq_type(p.out_type, t->shape[0])) any_gptq = true;
     }
   }
   const std::uint32_t base = llama_ftype_base_type(ftype);
   if (o.method == QuantMethod::gptq && !any_gptq) {
-    fail("quantize: --method gptq calibrates Q4_K / Q5_K / Q6_K weights; ", llama_ftype_name(ftype),
-         " gives this model none");
+    fail("quantize: --method gptq calibrates Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights; ",
+         llama_ftype_name(ftype), " gives this model none");
   }
   if (o.method == QuantMethod::awq) {
     if (base != kQ4_K && base != kQ5_K) {
@@ -365,7 +369,7 @@ void Calibrator::run_layer(std::int64_t l) {
     const std::string name = tensor_name(l, kLinearNames[i]);
     const TensorPlan& p = plan_.at(name);
     LinearWeights& lw = linear_at(q, i);
-    if (opt_.method == QuantMethod::gptq && is_kquant(p.out_type) && lw.cols % 256 == 0) {
+    if (opt_.method == QuantMethod::gptq && gptq_type(p.out_type, lw.cols)) {
       bytes[i] = gptq::quantize_blocks(
           weight_format(p.out_type, name), Eigen::MatrixXf(W[static_cast<std::size_t>(i)]),
           st[static_cast<std::size_t>(kGroupOf[i])].h.matrix(), opt_.gptq);

@@ -14,14 +14,25 @@ namespace nibble::llm {
 
 using detail::fail;
 
+namespace {
+
+// The weight formats the forward pass runs (those llama-quantize writes for llama models,
+// fallbacks included).
+constexpr Format kWeightFormats[] = {Format::f32,  Format::f16,  Format::q8_0, Format::q4_0,
+                                     Format::q4_1, Format::q5_0, Format::q5_1, Format::q4_K,
+                                     Format::q5_K, Format::q6_K};
+constexpr const char* kWeightFormatList =
+    "f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K";
+
+}  // namespace
+
 Format weight_format(std::uint32_t type, const std::string& tensor) {
-  for (Format f :
-       {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K, Format::q6_K}) {
+  for (Format f : kWeightFormats) {
     if (traits(f).gguf_type == static_cast<int>(type)) return f;
   }
   const gguf::TypeInfo ti = gguf::type_info(type);
   fail("llm: tensor \"", tensor, "\" has type ", ti.name ? ti.name : "?", " (", type,
-       "), which nibble has no matrix product for (supported: f32, f16, q8_0, q4_K, q5_K, q6_K)");
+       "), which nibble has no matrix product for (supported: ", kWeightFormatList, ")");
 }
 
 namespace {
@@ -406,12 +417,10 @@ void check_linear(const LinearWeights& l, std::int64_t rows, std::int64_t cols, 
          rows, " x ", cols);
   }
   if (!l.data) fail("llm: forward_block: ", what, " (", l.name, ") has no data");
-  const Format gemm_formats[] = {Format::f32,  Format::f16,  Format::q8_0,
-                                 Format::q4_K, Format::q5_K, Format::q6_K};
-  if (std::find(std::begin(gemm_formats), std::end(gemm_formats), l.format) ==
-      std::end(gemm_formats)) {
+  if (std::find(std::begin(kWeightFormats), std::end(kWeightFormats), l.format) ==
+      std::end(kWeightFormats)) {
     fail("llm: forward_block: ", what, " (", l.name, ") has format ", traits(l.format).name,
-         " (supported: f32, f16, q8_0, q4_K, q5_K, q6_K)");
+         " (supported: ", kWeightFormatList, ")");
   }
   if (!l.bias.empty() && static_cast<std::int64_t>(l.bias.size()) != rows) {
     fail("llm: forward_block: ", what, " (", l.name, ") has ", l.bias.size(),

@@ -11,15 +11,15 @@
 //      attn_q/k/v share one, attn_output, ffn_gate/up share one, ffn_down) and, for AWQ, the mean
 //      |x| per channel and an evenly spaced sample of tokens for the clip search;
 //   2. quantization of the block's weights to the types llama-quantize chooses for the file type:
-//      gptq: every Q4_K / Q5_K / Q6_K weight by GPTQ error feedback on its K-quant grid
-//      (gptq::quantize_blocks) with its Hessian; awq (Q4_K_* / Q5_K_* file types): the scale
-//      search of every scaling group on the unscaled weights (attn_norm -> q,k,v;
-//      attn_v -> attn_output without grouped-query attention; ffn_norm -> gate,up;
-//      ffn_up -> ffn_down; awq::search_scales_blocks with the file type's base quantizer), the
-//      scales folded into the norms and the previous weights' rows (and attn_v's bias), the clip
-//      search on the scaled weights of every non-q/k linear of the base type, then rounding;
-//      every other tensor (q8_0, f16 fallbacks, norms, token_embd, output) as llama-quantize
-//      writes it (its reference quantizers, or copied);
+//      gptq: every Q4_K / Q5_K / Q6_K weight (and Q8_0 / Q5_0 / Q4_0 ones: file type Q8_0,
+//      fallbacks) by GPTQ error feedback on its grid (gptq::quantize_blocks) with its Hessian; awq
+//      (Q4_K_* / Q5_K_* file types): the scale search of every scaling group on the unscaled
+//      weights (attn_norm -> q,k,v; attn_v -> attn_output without grouped-query attention; ffn_norm
+//      -> gate,up; ffn_up -> ffn_down; awq::search_scales_blocks with the file type's base
+//      quantizer), the scales folded into the norms and the previous weights' rows (and attn_v's
+//      bias), the clip search on the scaled weights of every non-q/k linear of the base type, then
+//      rounding; every other tensor (f16 fallbacks, norms, token_embd, output; with awq the q6_K /
+//      q8_0 ones too) as llama-quantize writes it (its reference quantizers, or copied);
 //   3. the block's outputs are recomputed with the quantized (and folded) weights, dequantized to
 //      f32 (GPTQ's fake quantization: exact products, without the activation rounding of the
 //      quantized GEMM kernels): they are the next block's inputs.
@@ -76,8 +76,8 @@ struct SequentialOptions {
 /// anything is computed or written: throws nibble::Error, leaving no output, for an
 /// unsupported architecture or weight type, fewer tokens than one chunk of n_ctx, n_ctx < 16, a
 /// token outside the vocabulary, a method other than gptq / awq, awq with a file type whose
-/// base type is not Q4_K or Q5_K, or gptq with a file type that has no Q4_K / Q5_K / Q6_K
-/// weight to calibrate.
+/// base type is not Q4_K or Q5_K, or gptq with a file type that gives the blocks no weight it
+/// can calibrate (Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0).
 QuantizeSummary quantize_sequential(const std::string& in_path, const std::string& out_path,
                                     LlamaFtype ftype, const std::vector<std::int32_t>& tokens,
                                     const SequentialOptions& options,
