@@ -205,6 +205,10 @@ Format format_of(std::uint32_t type) {
   switch (type) {
     case kQ8_0:
       return Format::q8_0;
+    case kQ5_0:
+      return Format::q5_0;
+    case kQ5_1:
+      return Format::q5_1;
     case kQ4_K:
       return Format::q4_K;
     case kQ5_K:
@@ -516,11 +520,6 @@ std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
         p.quantize = true;
         p.out_type = nt;
         p.fallback = fb;
-        if (nt == kQ5_0 || nt == kQ5_1) {
-          fail("quantize: tensor ", t.name, " has rows of ", t.shape[0],
-               " values; llama-quantize falls back to ", gguf::type_info(nt).name,
-               ", which nibble does not implement");
-        }
       }
     }
     plan.push_back(std::move(p));

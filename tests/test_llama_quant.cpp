@@ -369,7 +369,7 @@ TEST(LlamaQuantPlan, ShapeFallbacksAndSkippedTensors) {
       {"output.weight", {288, 4}},              // R1: 288 % 256 != 0 -> Q8_0
       {"blk.0.attn_v.weight", {288, 4}},        // Q6_K ftype: R6 Q6_K -> Q8_0
       {"blk.0.attn_k.weight", {80, 4}},         // R6: Q6_K -> Q8_0 -> 80 % 32 != 0 -> F16
-      {"blk.0.attn_q.weight", {288, 4}},        // R6: Q6_K -> Q8_0; Q4_K -> Q5_0 (not in nibble)
+      {"blk.0.attn_q.weight", {288, 4}},        // R6: Q6_K -> Q8_0; Q4_K -> Q5_0
       {"blk.0.ffn_up.weight", {256, 1}},        // R7: ggml_n_dims == 1 -> not quantized
       {"blk.0.ffn_gate_inp.weight", {256, 4}},  // R7: expert router kept
       {"blk.0.attn_q.bias", {256, 4}},          // R7: not a "weight"
@@ -402,8 +402,14 @@ TEST(LlamaQuantPlan, ShapeFallbacksAndSkippedTensors) {
   EXPECT_EQ(q6.at("blk.0.attn_q.bias"), F32);
   EXPECT_EQ(q6.at("rope_freqs.weight"), F32);
   EXPECT_EQ(q6.at("blk.0.ffn_down.weight"), Q6_K);
-  // Q4_K on 288 columns would need Q5_0, which nibble does not implement: a clear error.
-  EXPECT_THROW((void)nibble::plan_llama_quant(f, LlamaFtype::q4_K_M), nibble::Error);
+  // Q4_K / Q5_K on 288 columns fall back to Q5_0 / Q5_1 (80 columns: on to F16).
+  const std::uint32_t Q5_0 = 6, Q5_1 = 7;
+  const auto q4m = plan_types(f, LlamaFtype::q4_K_M);
+  EXPECT_EQ(q4m.at("blk.0.attn_q.weight"), Q5_0);
+  EXPECT_EQ(q4m.at("blk.0.attn_k.weight"), F16);
+  EXPECT_EQ(q4m.at("blk.0.attn_v.weight"), Q8_0);  // Q6_K (more bits) -> Q8_0
+  EXPECT_EQ(q4m.at("output.weight"), Q8_0);
+  EXPECT_EQ(plan_types(f, LlamaFtype::q5_K_S).at("blk.0.attn_q.weight"), Q5_1);
   // Q8_0 on 80 columns: llama-quantize has no fallback for Q8_0 either.
   EXPECT_THROW((void)nibble::plan_llama_quant(f, LlamaFtype::q8_0), nibble::Error);
 }

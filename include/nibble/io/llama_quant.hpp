@@ -69,8 +69,7 @@ struct TensorPlan {
 
 /// The tensors of `in` in llama-quantize's output order with their output types for `ftype`.
 /// `has_imatrix` is part of llama's rules (it changes no choice for the supported types).
-/// Throws nibble::Error when llama-quantize would fail (e.g. unexpected attn_v count) or when
-/// the fallback type is one nibble cannot produce (q5_0/q5_1).
+/// Throws nibble::Error when llama-quantize would fail (e.g. unexpected attn_v count).
 std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
                                          bool has_imatrix = false);
 
