@@ -426,17 +426,21 @@ std::vector<std::uint8_t> kquant_gptq(const Eigen::MatrixXf& W, const Eigen::Mat
 }
 
 // Adapters over the legacy symmetric formats (32 values, one fp16 scale d, value = d * q with a
-// signed level q in [kLo, kHi]): the reference quantizer chooses d, set() stores a level.
+// signed level q in [kLo, kHi]): the reference quantizer chooses d (Q5_0/Q4_0: its
+// importance-weighted scale search, with the damped diag(H) as importance, as for the K-quants;
+// Q8_0 has none), set() stores a level.
 struct LQ8 {
   using Block = BlockQ8_0;
   static constexpr int kLo = -127, kHi = 127;
-  static void choose(const float* x, Block* b) { ref::quantize_q8_0(x, b, 32); }
+  static void choose(const float* x, const float*, Block* b) { ref::quantize_q8_0(x, b, 32); }
   static void set(Block& b, int j, int q) { b.qs[j] = static_cast<std::int8_t>(q); }
 };
 struct LQ5 {
   using Block = BlockQ5_0;
   static constexpr int kLo = -16, kHi = 15;
-  static void choose(const float* x, Block* b) { ref::quantize_q5_0(x, b, 32); }
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q5_0_imatrix(x, b, 32, w);
+  }
   static void set(Block& b, int j, int q) {
     const int L = q + 16;
     std::uint8_t& lo = b.qs[j % 16];
@@ -450,7 +454,9 @@ struct LQ5 {
 struct LQ4 {
   using Block = BlockQ4_0;
   static constexpr int kLo = -8, kHi = 7;
-  static void choose(const float* x, Block* b) { ref::quantize_q4_0(x, b, 32); }
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q4_0_imatrix(x, b, 32, w);
+  }
   static void set(Block& b, int j, int q) {
     const int L = q + 8;
     std::uint8_t& v = b.qs[j % 16];
@@ -470,6 +476,7 @@ std::vector<std::uint8_t> legacy_gptq(const Eigen::MatrixXf& W, const Eigen::Mat
   Eigen::MatrixXf Wm = W, Hm = H;
   Prepared prep = prepare(Wm, Hm, false, cfg.percdamp);
   const Eigen::MatrixXf& U = prep.U;
+  const Eigen::VectorXf imp = Hm.diagonal();  // importance for the scale choice (damped diag H)
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(rows * nb) * sizeof(Block));
   Block* blocks = reinterpret_cast<Block*>(bytes.data());
   Eigen::MatrixXf W1, Err1;
@@ -490,7 +497,7 @@ std::vector<std::uint8_t> legacy_gptq(const Eigen::MatrixXf& W, const Eigen::Mat
           for (std::int64_t r = 0; r < nr; ++r) {
             for (int k = 0; k < 32; ++k) x32[k] = W1(r0 + r, i + k);
             Block& b = blocks[(r0 + r) * nb + col / 32];
-            LQ::choose(x32, &b);
+            LQ::choose(x32, imp.data() + col, &b);
             d[r] = fp16_to_fp32(b.d);
           }
         }

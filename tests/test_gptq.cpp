@@ -604,6 +604,7 @@ namespace {
 template <class Block>
 void check_legacy_gptq(nibble::Format f, const char* name,
                        void (*plain)(const float*, Block*, std::int64_t),
+                       void (*weighted)(const float*, Block*, std::int64_t, const float*),
                        void (*deq)(const Block*, float*, std::int64_t), double max_ratio) {
   nibble_test::LayerSpec spec;  // 256 x 512
   const auto L = nibble_test::make_layer(spec);
@@ -625,24 +626,49 @@ void check_legacy_gptq(nibble::Format f, const char* name,
   const double e_g = rtn::relative_output_error(L.W, G, L.X);
   std::printf("  %s: RTN %.4e, GPTQ %.4e (ratio %.3f)\n", name, e_r, e_g, e_g / e_r);
   EXPECT_LT(e_g / e_r, max_ratio);
+  if (weighted) {
+    // Also better than the importance-weighted rounding with diag(H) (llama-quantize + imatrix).
+    const Eigen::VectorXf dh = H.diagonal();
+    RowMajorXf I(rows, cols);
+    for (int r = 0; r < rows; ++r) {
+      weighted(Wr.data() + std::int64_t(r) * cols, rb.data() + r * nb, cols, dh.data());
+      deq(rb.data() + r * nb, I.data() + std::int64_t(r) * cols, cols);
+    }
+    const double e_i = rtn::relative_output_error(L.W, I, L.X);
+    std::printf("  %s: imatrix(diag H) %.4e\n", name, e_i);
+    EXPECT_LT(e_g, e_i);
+  }
   // The first block of every row keeps the scale the reference picks on the unchanged weights
-  // (no error has been propagated into it yet).
-  for (int r = 0; r < rows; ++r) EXPECT_EQ(gb[r * nb].d, rb[r * nb].d) << name << " row " << r;
+  // (no error has been propagated into it yet): Q8_0's plain choice, Q5_0/Q4_0's importance-
+  // weighted one with the damped diagonal of H (percdamp 0.01) as importance.
+  std::vector<float> imp(32);
+  const float damp = 0.01f * H.diagonal().mean();
+  for (int k = 0; k < 32; ++k) imp[static_cast<std::size_t>(k)] = H(k, k) + damp;
+  for (int r = 0; r < rows; ++r) {
+    Block b;
+    if (weighted)
+      weighted(Wr.data() + std::int64_t(r) * cols, &b, 32, imp.data());
+    else
+      plain(Wr.data() + std::int64_t(r) * cols, &b, 32);
+    EXPECT_EQ(gb[r * nb].d, b.d) << name << " row " << r;
+  }
 }
 }  // namespace
 
 TEST(GptqLegacy, BeatsRtnQ8_0) {
   check_legacy_gptq<nibble::BlockQ8_0>(nibble::Format::q8_0, "Q8_0", nibble::ref::quantize_q8_0,
-                                       nibble::ref::dequantize_q8_0, 0.6);
+                                       nullptr, nibble::ref::dequantize_q8_0, 0.6);
 }
 
 TEST(GptqLegacy, BeatsRtnQ5_0) {
   check_legacy_gptq<nibble::BlockQ5_0>(nibble::Format::q5_0, "Q5_0", nibble::ref::quantize_q5_0,
+                                       nibble::ref::quantize_q5_0_imatrix,
                                        nibble::ref::dequantize_q5_0, 0.6);
 }
 
 TEST(GptqLegacy, BeatsRtnQ4_0) {
   check_legacy_gptq<nibble::BlockQ4_0>(nibble::Format::q4_0, "Q4_0", nibble::ref::quantize_q4_0,
+                                       nibble::ref::quantize_q4_0_imatrix,
                                        nibble::ref::dequantize_q4_0, 0.6);
 }
 
