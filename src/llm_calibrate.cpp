@@ -158,6 +158,12 @@ Calibrator::Calibrator(const std::string& in_path, LlamaFtype ftype,
       fail("quantize: --method awq needs a Q4_K or Q5_K file type (got ", llama_ftype_name(ftype),
            ")");
     }
+    if (d_ % 256 != 0 && hp.n_ff % 256 != 0) {
+      fail(
+          "quantize: --method awq searches its scales on 256-value super-blocks, but this model's "
+          "rows (n_embd ",
+          d_, ", n_ff ", hp.n_ff, ") are not multiples of 256: nothing to calibrate");
+    }
     awq_fmt_ = base == kQ4_K ? Format::q4_K : Format::q5_K;
     if (o.awq.n_sample_token < 1) fail("quantize: awq n_sample_token must be >= 1");
     sample_step_ = std::max<std::int64_t>(1, n_chunk_ * n_ctx_ / o.awq.n_sample_token);

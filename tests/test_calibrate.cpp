@@ -383,6 +383,21 @@ TEST(SequentialCalibration, BadInputWritesNothing) {
   fails(fl.in, nibble::LlamaFtype::q4_K_M, tokens, o, "rtn");
   // AWQ needs a Q4_K / Q5_K base.
   fails(fl.in, nibble::LlamaFtype::q6_K, tokens, options(nibble::QuantMethod::awq), "awq q6_K");
+  // AWQ on a model with rows of 64 / 128 (no 256-value super-block; GPTQ works there, on the
+  // Q5_0 / Q8_0 fallbacks).
+  TinyLlama small;
+  small.seed = 31;
+  small.n_vocab = 300;
+  const std::string small_path = tmp_path("b_small.gguf");
+  nibble::test::write_tiny_llama(small_path, small);
+  fails(small_path, nibble::LlamaFtype::q4_K_M, tokens, options(nibble::QuantMethod::awq),
+        "awq 64");
+  EXPECT_EQ(
+      nibble::llm::quantize_sequential(small_path, fl.out, nibble::LlamaFtype::q4_K_M, tokens, gptq)
+          .calibrated,
+      14);  // q4_K -> q5_0 and q6_K -> q8_0 fallbacks: all 7 matrices of both blocks
+  std::remove(fl.out.c_str());
+  std::remove(small_path.c_str());
   // Missing file; an architecture the forward pass does not know.
   fails(tmp_path("missing.gguf"), nibble::LlamaFtype::q4_K_M, tokens, gptq, "missing input");
   const g::File in = g::File::open(fl.in);

@@ -76,7 +76,8 @@ struct SequentialOptions {
 /// anything is computed or written: throws nibble::Error, leaving no output, for an
 /// unsupported architecture or weight type, fewer tokens than one chunk of n_ctx, n_ctx < 16, a
 /// token outside the vocabulary, a method other than gptq / awq, awq with a file type whose
-/// base type is not Q4_K or Q5_K, or gptq with a file type that gives the blocks no weight it
+/// base type is not Q4_K or Q5_K or a model whose n_embd and n_ff are not multiples of 256, or
+/// gptq with a file type that gives the blocks no weight it
 /// can calibrate (Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0).
 QuantizeSummary quantize_sequential(const std::string& in_path, const std::string& out_path,
                                     LlamaFtype ftype, const std::vector<std::int32_t>& tokens,
