@@ -10,6 +10,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -412,6 +413,31 @@ TEST(SequentialCalibration, BadInputWritesNothing) {
   g::write_file(other, meta, in.tensors);
   fails(other, nibble::LlamaFtype::q4_K_M, tokens, gptq, "gpt2");
   std::remove(other.c_str());
+}
+
+// Writes the files the CLI tests (tests/CMakeLists.txt, cli_quantize_calib_*) run on into
+// $NIBBLE_CALIB_CLI_DIR (a temporary directory otherwise): tiny.gguf (a 2-block model with rows
+// of 256), tiny.tok (4 chunks of 32 token ids), notok.gguf (the same model without tokenizer
+// metadata) and text.txt.
+TEST(SequentialCalibration, CliFixture) {
+  const char* env = std::getenv("NIBBLE_CALIB_CLI_DIR");
+  const std::string dir = env && *env ? std::string(env) + "/" : ::testing::TempDir() + "calib_";
+  const TinyLlama p = kquant_model(33);
+  nibble::test::write_tiny_llama(dir + "tiny.gguf", p);
+  std::FILE* f = std::fopen((dir + "tiny.tok").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  for (std::int32_t t : calib_tokens(4 * 32, 12)) std::fprintf(f, "%d ", t);
+  std::fclose(f);
+  f = std::fopen((dir + "text.txt").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("Once upon a time, there was a little model that wanted to be quantized.\n", f);
+  std::fclose(f);
+  const g::File in = g::File::open(dir + "tiny.gguf");
+  std::vector<g::KeyValue> meta;
+  for (const auto& kv : in.metadata)
+    if (kv.key.rfind("tokenizer.", 0) != 0) meta.push_back(kv);
+  g::write_file(dir + "notok.gguf", meta, in.tensors);
+  EXPECT_TRUE(exists(dir + "notok.gguf"));
 }
 
 }  // namespace

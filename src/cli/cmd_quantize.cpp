@@ -101,9 +101,11 @@ int run_sequential(const std::string& in, const std::string& out, nibble::LlamaF
   opt.threads = threads;
   const long n_chunk = std::min<long>(static_cast<long>(tokens.size()) / n_ctx,
                                       max_chunks > 0 ? max_chunks : LONG_MAX);
-  std::printf("quantizing %s -> %s as %s, %s calibrated on %zu tokens (%ld chunks of %ld)\n",
-              in.c_str(), out.c_str(), nibble::llama_ftype_name(ftype),
-              method == "awq" ? "AWQ" : "GPTQ", tokens.size(), n_chunk, n_ctx);
+  std::printf(
+      "quantizing %s -> %s as %s, %s calibrated on %ld tokens (%ld chunks of %ld; the text has "
+      "%zu)\n",
+      in.c_str(), out.c_str(), nibble::llama_ftype_name(ftype), method == "awq" ? "AWQ" : "GPTQ",
+      n_chunk * n_ctx, n_chunk, n_ctx, tokens.size());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
   opt.progress = [&](const nibble::llm::SequentialProgress& p) {
