@@ -34,6 +34,16 @@ struct FormatKernels {
   void (*gemm)(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
                std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
                std::int64_t ldy) = nullptr;
+  /// Packed weights (nibble/packed.hpp), optional: Y[j * ldy + 16 g + i] = dot(row 16 g + i,
+  /// activation row j) for the 16-row groups g in [g0, g1) of the packed matrix P (group g at
+  /// P + g * 16 * row bytes). Activation rows: the activation format's blocks, re-laid out by
+  /// packed_act_relayout when it is non-null (packed_act_bytes(cols) bytes each). Null: the
+  /// driver unpacks each group and uses gemm.
+  std::size_t (*packed_act_bytes)(std::int64_t cols) = nullptr;
+  void (*packed_act_relayout)(const void* row, std::int64_t cols, void* dst) = nullptr;
+  void (*gemm_packed)(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                      const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
+                      std::int64_t ldy) = nullptr;
 };
 
 /// All kernels of one ISA.

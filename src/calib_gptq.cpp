@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "nibble/core/error.hpp"
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
 #include "nibble/formats/q4_0.hpp"
 #include "nibble/formats/q4_k.hpp"
 #include "nibble/formats/q5_0.hpp"
@@ -320,6 +322,53 @@ namespace {
 
 // Adapters over the K-quant reference helpers of nibble/formats: choose a super-block grid,
 // read the float grid of a sub-block, round one value on it, and store its level.
+// Q2_K: 16 sub-blocks of 16, value = (d * sc) * q - dmin * m, q in 0..3. The grid is chosen by
+// the importance-weighted reference search (quantize_q2_K_imatrix on one super-block).
+struct KQ2 {
+  using Block = BlockQ2_K;
+  static constexpr int kSub = 16;
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q2_K_imatrix(x, b, 256, w);
+  }
+  static void grid(const Block& b, int sub, float* s, float* m) {
+    *s = fp16_to_fp32(b.d) * static_cast<float>(b.scales[sub] & 0xF);
+    *m = fp16_to_fp32(b.dmin) * static_cast<float>(b.scales[sub] >> 4);
+  }
+  static int level(float x, float s, float m) { return ref::kquant_round(x, s, m, 3); }
+  static float value(float s, float m, int q) { return s * static_cast<float>(q) - m; }
+  // Value i's 2 bits sit in qs[32 * (i / 128) + i % 32] at bit 2 * ((i % 128) / 32).
+  static void set_low2(std::uint8_t* qs, int i, int q) {
+    const int sh = 2 * ((i % 128) / 32);
+    std::uint8_t& byte = qs[32 * (i / 128) + i % 32];
+    byte = static_cast<std::uint8_t>((byte & ~(3 << sh)) | ((q & 3) << sh));
+  }
+  static void set(Block& b, int i, int q) { set_low2(b.qs, i, q); }
+};
+// Q3_K: 16 sub-blocks of 16, value = (d * (s - 32)) * (q - 4), q in 0..7 (the low 2 bits as in
+// Q2_K, bit 2 in hmask). Grid from quantize_q3_K_imatrix on one super-block.
+struct KQ3 {
+  using Block = BlockQ3_K;
+  static constexpr int kSub = 16;
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q3_K_imatrix(x, b, 256, w);
+  }
+  static void grid(const Block& b, int sub, float* s, float* m) {
+    *s = fp16_to_fp32(b.d) * static_cast<float>(ref::q3k::scale6(b.scales, sub) - 32);
+    *m = 0.0f;
+  }
+  // As the reference's final re-rounding: clamp(round(x / s), -4, 3) + 4; s == 0 gives 0.
+  static int level(float x, float s, float) {
+    if (!s) return 4;
+    const int l = ref::nearest_int(x / s);
+    return (l < -4 ? -4 : (l > 3 ? 3 : l)) + 4;
+  }
+  static float value(float s, float, int q) { return s * static_cast<float>(q - 4); }
+  static void set(Block& b, int i, int q) {
+    KQ2::set_low2(b.qs, i, q & 3);
+    std::uint8_t& h = b.hmask[i % 32];
+    h = static_cast<std::uint8_t>((h & ~(1 << (i / 32))) | (((q >> 2) & 1) << (i / 32)));
+  }
+};
 struct KQ4 {
   using Block = BlockQ4_K;
   static constexpr int kSub = 32;
@@ -549,6 +598,10 @@ std::vector<std::uint8_t> quantize_blocks(Format f, const Eigen::MatrixXf& W,
   if (W.cols() % 256 != 0)
     detail::fail("gptq::quantize_blocks: cols = ", W.cols(), " is not a multiple of 256");
   switch (f) {
+    case Format::q2_K:
+      return kquant_gptq<KQ2>(W, H, cfg);
+    case Format::q3_K:
+      return kquant_gptq<KQ3>(W, H, cfg);
     case Format::q4_K:
       return kquant_gptq<KQ4>(W, H, cfg);
     case Format::q5_K:
@@ -559,7 +612,7 @@ std::vector<std::uint8_t> quantize_blocks(Format f, const Eigen::MatrixXf& W,
       break;
   }
   detail::fail("gptq::quantize_blocks: format ", traits(f).name,
-               " is not supported (expected q4_K, q5_K, q6_K, q8_0, q5_0 or q4_0)");
+               " is not supported (expected q2_K, q3_K, q4_K, q5_K, q6_K, q8_0, q5_0 or q4_0)");
 }
 
 }  // namespace gptq

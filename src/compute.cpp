@@ -10,6 +10,7 @@
 #include "dispatch.hpp"
 #include "nibble/core/error.hpp"
 #include "nibble/nibble.hpp"
+#include "packed_layout.hpp"
 
 #if defined(NIBBLE_HAVE_OPENMP)
 #include <omp.h>
@@ -164,39 +165,146 @@ void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg
 #endif
 }
 
+namespace {
+
+// The n activation rows of X in the activation format of `f` (quantized once, shared by every
+// task): A/arb point at X itself for fp32 activations, else into `buf`.
+void quantize_activations(const kernels::KernelTable& t, Format f, const float* X, std::int64_t n,
+                          std::int64_t cols, std::vector<std::uint8_t>& buf, const void*& A,
+                          std::size_t& arb) {
+  const Format af = traits(f).activation;
+  A = X;
+  arb = static_cast<std::size_t>(cols) * 4;
+  if (af == Format::f32) return;
+  auto q = af == Format::q8_K ? t.quantize_act_q8_K : t.quantize_act_q8_0;
+  if (!q)
+    q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
+  if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
+  arb = row_size(af, cols);
+  buf.resize(arb * static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, buf.data() + j * arb);
+  A = buf.data();
+}
+
+// The activation rows re-laid out by `relayout` (when non-null) into `buf`.
+void relayout_activations(std::size_t (*bytes)(std::int64_t),
+                          void (*relayout)(const void*, std::int64_t, void*), std::int64_t n,
+                          std::int64_t cols, std::vector<std::uint8_t>& buf, const void*& A,
+                          std::size_t& arb) {
+  if (!relayout) return;
+  const std::size_t rb = bytes(cols);
+  buf.resize(rb * static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j)
+    relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, buf.data() + j * rb);
+  A = buf.data();
+  arb = rb;
+}
+
+// ---- packed weights: groups of 16 rows, then the plain tail rows ----
+struct PackedJob {
+  kernels::FormatKernels k;
+  Format f;
+  const PackLayout* layout;
+  const std::uint8_t* P;
+  std::size_t rb;  // plain row bytes
+  std::int64_t rows, cols, n, groups, chunk, tasks;
+  const void* A;  // activations for gemm_packed (or the unpack fallback's plain gemm)
+  std::size_t arb;
+  const void* Ap;  // activations for the plain gemm (tail rows)
+  std::size_t arbp;
+  float* Y;
+};
+
+void packed_task(void* arg, std::int64_t i) {
+  const PackedJob& j = *static_cast<const PackedJob*>(arg);
+  const std::int64_t G = kPackedGroupRows;
+  if (i == j.tasks) {  // the plain tail rows
+    const std::int64_t t0 = j.groups * G;
+    j.k.gemm(j.P + static_cast<std::size_t>(t0) * j.rb, j.rb, 0, j.rows - t0, j.cols, j.Ap, j.arbp,
+             j.n, j.Y + t0, j.rows);
+    return;
+  }
+  const std::int64_t g0 = i * j.chunk, g1 = std::min(j.groups, g0 + j.chunk);
+  if (g0 >= g1) return;
+  if (j.k.gemm_packed) {
+    j.k.gemm_packed(j.P, g0, g1, j.cols, j.A, j.arb, j.n, j.Y, j.rows);
+    return;
+  }
+  std::vector<std::uint8_t> plain(static_cast<std::size_t>(G) * j.rb);
+  const std::size_t bb = traits(j.f).block_bytes;
+  for (std::int64_t g = g0; g < g1; ++g) {
+    unpack_group(*j.layout, bb, j.cols / traits(j.f).block_elems,
+                 j.P + static_cast<std::size_t>(g * G) * j.rb, plain.data(), j.rb);
+    j.k.gemm(plain.data(), j.rb, 0, G, j.cols, j.A, j.arb, j.n, j.Y + g * G, j.rows);
+  }
+}
+
+}  // namespace
+
 void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
               std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y) {
   if (rows == 0 || n == 0) return;
   const kernels::FormatKernels k = merged(t, f);
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
-  // Activations: quantized once, shared by every task.
-  const Format af = traits(f).activation;
-  std::vector<std::uint8_t> abuf;
-  const void* A = X;
-  std::size_t arb = static_cast<std::size_t>(cols) * 4;
-  if (af != Format::f32) {
-    auto q = af == Format::q8_K ? t.quantize_act_q8_K : t.quantize_act_q8_0;
-    if (!q)
-      q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
-    if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
-    arb = row_size(af, cols);
-    abuf.resize(arb * static_cast<std::size_t>(n));
-    for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, abuf.data() + j * arb);
-    A = abuf.data();
-  }
-  std::vector<std::uint8_t> rbuf;
-  if (k.act_relayout) {
-    const std::size_t rb = k.act_bytes(cols);
-    rbuf.resize(rb * static_cast<std::size_t>(n));
-    for (std::int64_t j = 0; j < n; ++j)
-      k.act_relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, rbuf.data() + j * rb);
-    A = rbuf.data();
-    arb = rb;
-  }
+  std::vector<std::uint8_t> abuf, rbuf;
+  const void* A = nullptr;
+  std::size_t arb = 0;
+  quantize_activations(t, f, X, n, cols, abuf, A, arb);
+  relayout_activations(k.act_bytes, k.act_relayout, n, cols, rbuf, A, arb);
   GemmJob job{k, W, row_size(f, cols), rows, cols, n, A, arb, Y, 0};
   const std::int64_t tasks = task_count(ctx, rows, static_cast<double>(cols) * n);
   job.chunk = chunk_rows(rows, tasks);
   parallel_run(ctx, (rows + job.chunk - 1) / job.chunk, gemm_task, &job);
+}
+
+void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f, const void* P,
+                     std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n,
+                     float* Y) {
+  if (rows == 0 || n == 0) return;
+  const PackLayout* layout = pack_layout(f);
+  if (!layout) fail("gemm: format ", traits(f).name, " has no packed layout");
+  kernels::FormatKernels k = merged(t, f);
+  const kernels::FormatKernels& own = t.fmt[static_cast<int>(f)];
+  if (!own.gemm_packed) {  // a packed kernel comes with its own table's activation layout
+    k.gemm_packed = nullptr;
+    k.packed_act_bytes = nullptr;
+    k.packed_act_relayout = nullptr;
+  }
+  if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
+  std::vector<std::uint8_t> abuf, pbuf, rbuf;
+  const void* A0 = nullptr;
+  std::size_t arb0 = 0;
+  quantize_activations(t, f, X, n, cols, abuf, A0, arb0);
+  PackedJob job{};
+  job.k = k;
+  job.f = f;
+  job.layout = layout;
+  job.P = static_cast<const std::uint8_t*>(P);
+  job.rb = row_size(f, cols);
+  job.rows = rows;
+  job.cols = cols;
+  job.n = n;
+  job.Y = Y;
+  job.groups = rows / kPackedGroupRows;
+  const bool tail = rows % kPackedGroupRows != 0;
+  const bool plain_needed = tail || !k.gemm_packed;
+  job.Ap = A0;
+  job.arbp = arb0;
+  if (plain_needed)
+    relayout_activations(k.act_bytes, k.act_relayout, n, cols, rbuf, job.Ap, job.arbp);
+  if (k.gemm_packed) {
+    job.A = A0;
+    job.arb = arb0;
+    relayout_activations(k.packed_act_bytes, k.packed_act_relayout, n, cols, pbuf, job.A, job.arb);
+  } else {
+    job.A = job.Ap;
+    job.arb = job.arbp;
+  }
+  const std::int64_t tasks = task_count(ctx, job.groups, static_cast<double>(cols) * n * 16);
+  job.chunk = std::max<std::int64_t>(
+      1, (job.groups + std::max<std::int64_t>(tasks, 1) - 1) / std::max<std::int64_t>(tasks, 1));
+  job.tasks = job.groups == 0 ? 0 : (job.groups + job.chunk - 1) / job.chunk;
+  parallel_run(ctx, job.tasks + (tail ? 1 : 0), packed_task, &job);
 }
 
 }  // namespace detail

@@ -50,6 +50,13 @@ const kernels::KernelTable& select_table(const Context& ctx);
 void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
               std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y);
 
+/// run_gemm on packed weights (nibble/packed.hpp): the 16-row groups through the table's
+/// gemm_packed (or, lacking one, each group unpacked and run through gemm), the tail rows
+/// through gemm. Unchecked.
+void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f, const void* P,
+                     std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n,
+                     float* Y);
+
 /// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
 /// threads (0 = all), else serially.
 /// Rows per task are multiples of this (keeps tiles whole, no false sharing on outputs).

@@ -1,10 +1,13 @@
 // nibble: llama-quantize-compatible tensor type selection and the streaming quantize driver.
 //
-// The rules below restate llama.cpp's src/llama-quant.cpp (read at c392e50, 2025-02-20; output
-// verified byte-identical to llama-quantize at 3f545be, 2026-08-22, by tests/cross/llama_compare):
-// llama_model_quantize_impl (which tensors, order, metadata) and llama_tensor_get_type (the
-// per-tensor type mixes). Only the branches reachable for the file types nibble produces
-// (Q8_0, Q4_K_S/M, Q5_K_S/M, Q6_K) are restated; IQ*/Q2_K/Q3_K-only branches are left out.
+// The rules below restate llama.cpp's src/llama-quant.cpp as of upstream master 0253fb2
+// (2026-05-16; read in the kmbandy/llama.cpp fork at bf87261, whose llama-quant.cpp differs from
+// 0253fb2 only by two fork-only file types): llama_model_quantize_impl (which tensors, order,
+// metadata), llama_tensor_get_type / llama_tensor_get_type_impl (the per-tensor type mixes) and
+// tensor_type_fallback (row lengths that do not fit the chosen block). Only the branches reachable
+// for the file types nibble produces (LlamaFtype) are restated; IQ1/IQ2/IQ3/TQ/MXFP4-only
+// branches are left out. Output checked byte for byte against llama-quantize by
+// tests/cross/llama_compare.
 #include "nibble/io/llama_quant.hpp"
 
 #include <algorithm>
@@ -30,8 +33,9 @@ using detail::fail;
 namespace {
 
 // ggml type ids used here.
-constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
-                        kQ6_K = 14, kBF16 = 30;
+constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+                        kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20,
+                        kIQ4_XS = 23, kBF16 = 30;
 constexpr std::int64_t kQK_K = 256;
 
 bool contains(const std::string& s, const char* sub) {
@@ -57,26 +61,84 @@ std::int64_t block_elems(std::uint32_t type) {
   return gguf::type_info(type).block_elems;
 }
 
-// llama-quant.cpp, llama_model_quantize_impl: the `quantize` flag computed for every tensor
-// (name ends in "weight" -- including llama's size_t quirk for names shorter than 6 -- at least
-// 2 dims, not a norm, not an expert router, not a positional/token-type embedding, not one of the
-// small SSM/RWKV/T5 tensors).
+// llama-quant.cpp, tensor_allows_quantization: name ends in "weight" (including llama's size_t
+// quirk for names shorter than 6), at least 2 dims, not a norm, not an expert router, not one of
+// the small or positional tensors of other architectures (AltUp/Laurel, SSM/short convolutions,
+// RWKV, T5 relative bias, vision encoders).
 bool allows_quantization(const std::string& name, const std::vector<std::int64_t>& shape) {
-  bool q = name.rfind("weight") == name.size() - 6;  // size_t arithmetic as in llama
-  q = q && n_dims_of(shape) >= 2;
-  q = q && !contains(name, "_norm.weight");
-  q = q && !contains(name, "ffn_gate_inp.weight");
-  q = q && name != "position_embd.weight";
-  q = q && name != "token_types.weight";
-  q = q && !contains(name, "ssm_conv1d.weight");
-  q = q && !contains(name, "time_mix_first.weight");
-  q = q && !contains(name, "time_mix_w1.weight");
-  q = q && !contains(name, "time_mix_w2.weight");
-  q = q && !contains(name, "time_mix_decay_w1.weight");
-  q = q && !contains(name, "time_mix_decay_w2.weight");
-  q = q && !contains(name, "time_mix_lerp_fused.weight");
-  q = q && !contains(name, "attn_rel_b.weight");
-  return q;
+  if (n_dims_of(shape) < 2) return false;
+  if (name.rfind("weight") != name.size() - 6) return false;  // size_t arithmetic as in llama
+  if (name == "position_embd.weight" || name == "token_types.weight") return false;
+  static const char* const kept[] = {"_norm.weight",
+                                     "ffn_gate_inp.weight",
+                                     "altup",
+                                     "laurel",
+                                     "per_layer_model_proj",
+                                     "ssm_conv1d",
+                                     "shortconv.conv.weight",
+                                     "time_mix_first.weight",
+                                     "time_mix_w0.weight",
+                                     "time_mix_w1.weight",
+                                     "time_mix_w2.weight",
+                                     "time_mix_v0.weight",
+                                     "time_mix_v1.weight",
+                                     "time_mix_v2.weight",
+                                     "time_mix_a0.weight",
+                                     "time_mix_a1.weight",
+                                     "time_mix_a2.weight",
+                                     "time_mix_g1.weight",
+                                     "time_mix_g2.weight",
+                                     "time_mix_decay_w1.weight",
+                                     "time_mix_decay_w2.weight",
+                                     "time_mix_lerp_fused.weight",
+                                     "attn_rel_b.weight",
+                                     ".position_embd",
+                                     "sam.pos_embd",
+                                     "sam.neck.",
+                                     "sam.net_",
+                                     ".rel_pos",
+                                     ".patch_embd",
+                                     ".patch_merger"};
+  for (const char* k : kept) {
+    if (contains(name, k)) return false;
+  }
+  return true;
+}
+
+// llama-quant.cpp's tensor categories (tensor_get_category), tested in this order.
+enum class Cat {
+  output,
+  token_embd,
+  attn_qkv,
+  attn_kv_b,
+  attn_v,
+  attn_k,
+  attn_q,
+  attn_output,
+  ffn_up,
+  ffn_gate,
+  ffn_down,
+  other
+};
+
+Cat category_of(const std::string& n) {
+  if (n == "output.weight") return Cat::output;
+  if (n == "token_embd.weight" || n == "per_layer_token_embd.weight") return Cat::token_embd;
+  if (contains(n, "attn_qkv.weight")) return Cat::attn_qkv;
+  if (contains(n, "attn_kv_b.weight")) return Cat::attn_kv_b;
+  if (contains(n, "attn_v.weight")) return Cat::attn_v;
+  if (contains(n, "attn_k.weight")) return Cat::attn_k;
+  if (contains(n, "attn_q.weight")) return Cat::attn_q;
+  if (contains(n, "attn_output.weight")) return Cat::attn_output;
+  if (contains(n, "ffn_up")) return Cat::ffn_up;
+  if (contains(n, "ffn_gate")) return Cat::ffn_gate;
+  if (contains(n, "ffn_down")) return Cat::ffn_down;
+  return Cat::other;
+}
+
+// The value-projection-like weights share the attn_v rules and counter.
+bool attn_v_like(Cat c) {
+  return c == Cat::attn_v || c == Cat::attn_qkv || c == Cat::attn_kv_b;
 }
 
 struct State {
@@ -108,124 +170,207 @@ int layer_index(const State& s, int counter, const std::string& name) {
   return counter;
 }
 
-// llama_tensor_get_type, restricted to the file types nibble supports. Returns the type and sets
-// *fallback when the row length forced a different type.
-std::uint32_t tensor_type(State& s, std::uint32_t new_type, const std::string& name,
-                          const std::vector<std::int64_t>& shape, bool* fallback) {
-  const LlamaFtype ft = s.ftype;
-  const bool falcon = s.m.arch == "falcon";
-  const int n_layer = s.m.n_layer;
-  *fallback = false;
+using F = LlamaFtype;
 
-  if (name == "output.weight" || (!s.m.has_output && name == "token_embd.weight")) {
-    // Output (or tied embedding): Q8_0 for falcon or rows not a multiple of 256, else Q6_K
-    // unless the base type is Q8_0.
-    const std::int64_t nx = shape[0];
-    if (falcon || nx % kQK_K != 0) {
-      new_type = kQ8_0;
-    } else if (new_type != kQ8_0) {
-      new_type = kQ6_K;
-    }
-  } else if (name == "token_embd.weight") {
-    // Only IQ*/TQ* file types change the token embedding.
-  } else if (contains(name, "attn_v.weight")) {
-    if ((ft == LlamaFtype::q4_K_M || ft == LlamaFtype::q5_K_M) &&
-        use_more_bits(s.i_attention_wv, s.m.n_attention_wv)) {
-      new_type = kQ6_K;
-    } else if (ft == LlamaFtype::q4_K_S && s.i_attention_wv < 4) {
-      new_type = kQ5_K;
-    }
-    if (s.m.is_70b) {
-      // 8 heads share attn_v in 70B: more bits are nearly free.
-      if (new_type == kQ4_K) new_type = kQ5_K;  // (Q3_K -> Q5_K too, unreachable here)
-    }
-    if (s.m.n_expert == 8) new_type = kQ8_0;
-    ++s.i_attention_wv;
-  } else if (contains(name, "attn_k.weight")) {
-    if (s.m.n_expert == 8) new_type = kQ8_0;
-  } else if (contains(name, "attn_q.weight")) {
-    // Only IQ file types.
-  } else if (contains(name, "ffn_down")) {
-    const int i_layer = layer_index(s, s.i_ffn_down, name);
-    if (ft == LlamaFtype::q4_K_M) {
-      if (falcon) {
-        new_type = i_layer < n_layer / 16 ? kQ6_K : use_more_bits(i_layer, n_layer) ? kQ5_K : kQ4_K;
-      } else if (use_more_bits(i_layer, n_layer)) {
-        new_type = kQ6_K;
-      }
-    } else if (ft == LlamaFtype::q5_K_M && use_more_bits(i_layer, n_layer)) {
-      new_type = kQ6_K;
-    } else if (ft == LlamaFtype::q4_K_S && !falcon && i_layer < n_layer / 8) {
-      new_type = kQ5_K;
-    }
-    ++s.i_ffn_down;
-  } else if (contains(name, "attn_output.weight")) {
-    if (!falcon && s.m.n_expert == 8 && (ft == LlamaFtype::q4_K_S || ft == LlamaFtype::q4_K_M)) {
-      new_type = kQ5_K;
-    }
-  } else if (contains(name, "attn_qkv.weight")) {
-    if (ft == LlamaFtype::q4_K_M) {
-      new_type = kQ5_K;
-    } else if (ft == LlamaFtype::q5_K_M) {
-      new_type = kQ6_K;
-    }
-  } else if (contains(name, "ffn_gate")) {
-    (void)layer_index(s, s.i_ffn_gate, name);  // validates the layer like llama
-    ++s.i_ffn_gate;
-  } else if (contains(name, "ffn_up")) {
-    (void)layer_index(s, s.i_ffn_up, name);
-    ++s.i_ffn_up;
+// llama_tensor_get_type_impl, restricted to the file types nibble supports: the mix rules on top
+// of the file type's base type `t`.
+std::uint32_t mix_type(State& s, std::uint32_t t, const std::string& name,
+                       const std::vector<std::int64_t>& shape, Cat cat) {
+  const F ft = s.ftype;
+  const LlamaModelInfo& m = s.m;
+  const bool falcon = m.arch == "falcon";
+  const int n_layer = m.n_layer;
+
+  if (cat == Cat::output || (!m.has_output && cat == Cat::token_embd)) {
+    // The output projection (or the tied embedding that serves as one): Q8_0 for falcon or rows
+    // that do not fit the base type's block, else Q6_K unless the base type is already Q8_0.
+    if (falcon || shape[0] % block_elems(t) != 0) return kQ8_0;
+    return t == kQ8_0 ? t : kQ6_K;
   }
+  if (cat == Cat::token_embd) return t;  // only IQ1/IQ2/IQ3_XXS/TQ file types change it
 
-  // Rows that are not a multiple of the block size: llama's fallback table.
-  const std::int64_t nx = shape[0];
-  if (nx % block_elems(new_type) != 0) {
-    *fallback = true;
-    switch (new_type) {
-      case kQ4_K:
-        new_type = kQ5_0;
+  if (attn_v_like(cat)) {
+    switch (ft) {
+      case F::q2_K:
+        t = m.n_gqa() >= 4 ? kQ4_K : kQ3_K;
         break;
-      case kQ5_K:
-        new_type = kQ5_1;
+      case F::q3_K_M:
+        t = s.i_attention_wv < 2 ? kQ5_K : kQ4_K;
         break;
-      case kQ6_K:
-        new_type = kQ8_0;
+      case F::q3_K_L:
+        t = kQ5_K;
+        break;
+      case F::iq4_nl:
+      case F::iq4_xs:
+        if (m.n_gqa() >= 4) t = kQ5_K;
+        break;
+      case F::q4_K_M:
+      case F::q5_K_M:
+        if (use_more_bits(s.i_attention_wv, m.n_attention_wv)) t = kQ6_K;
+        break;
+      case F::q4_K_S:
+        if (s.i_attention_wv < 4) t = kQ5_K;
         break;
       default:
-        fail("quantize: tensor ", name, " has rows of ", nx, " values, not a multiple of ",
-             block_elems(new_type), " (llama-quantize rejects this shape for ",
-             gguf::type_info(new_type).name, ")");
+        break;
     }
-    if (nx % block_elems(new_type) != 0) new_type = kF16;
+    // 70B: attn_v is 8x smaller than attn_q (8 query heads per KV head), more bits are cheap.
+    if (m.is_70b && (t == kQ3_K || t == kQ4_K)) t = kQ5_K;
+    if (m.n_expert == 8) t = kQ8_0;
+    ++s.i_attention_wv;
+    return t;
   }
-  return new_type;
+  switch (cat) {
+    case Cat::attn_k:
+      if (m.n_expert == 8) t = kQ8_0;
+      break;
+    case Cat::ffn_down: {
+      const int i = layer_index(s, s.i_ffn_down, name);
+      const bool more = use_more_bits(i, n_layer);
+      switch (ft) {
+        case F::q2_K:
+          t = kQ3_K;
+          break;
+        case F::q3_K_M:
+          t = i < n_layer / 16 ? kQ5_K : (!falcon || more) ? kQ4_K : kQ3_K;
+          break;
+        case F::q3_K_L:
+          t = falcon ? kQ4_K : kQ5_K;
+          break;
+        case F::q4_K_M:
+          if (falcon) {
+            t = i < n_layer / 16 ? kQ6_K : more ? kQ5_K : kQ4_K;
+          } else if (more) {
+            t = kQ6_K;
+          }
+          break;
+        case F::iq4_nl:
+        case F::iq4_xs:
+          if (i < n_layer / 8 && !s.has_imatrix) t = kQ5_K;
+          break;
+        case F::q5_K_M:
+          if (more) t = kQ6_K;
+          break;
+        case F::q4_K_S:
+          if (!falcon && i < n_layer / 8) t = kQ5_K;
+          break;
+        case F::q4_0:
+        case F::q5_0:
+          // Only with an imatrix (so that plain Q4_0/Q5_0 stay what they always were).
+          if (s.has_imatrix && i < n_layer / 8) t = ft == F::q4_0 ? kQ4_1 : kQ5_1;
+          break;
+        default:
+          break;
+      }
+      ++s.i_ffn_down;
+      break;
+    }
+    case Cat::attn_output:
+      if (falcon) {
+        if (ft == F::q3_K_L) t = kQ4_K;
+      } else if (m.n_expert == 8) {
+        if (ft == F::q2_K || ft == F::q3_K_S || ft == F::q3_K_M || ft == F::iq4_nl ||
+            ft == F::q4_K_S || ft == F::q4_K_M || ft == F::iq4_xs) {
+          t = kQ5_K;
+        }
+      } else if (ft == F::q2_K) {
+        t = kQ3_K;
+      } else if (ft == F::q3_K_M) {
+        t = kQ4_K;
+      } else if (ft == F::q3_K_L) {
+        t = kQ5_K;
+      }
+      break;
+    case Cat::ffn_gate:
+      (void)layer_index(s, s.i_ffn_gate, name);  // validates the layer like llama
+      ++s.i_ffn_gate;
+      break;
+    case Cat::ffn_up:
+      (void)layer_index(s, s.i_ffn_up, name);
+      ++s.i_ffn_up;
+      break;
+    default:
+      // attn_q: only IQ3 file types. (llama-quant.cpp's separate attn_qkv branch is unreachable:
+      // attn_qkv takes the attn_v branch above.)
+      break;
+  }
+  return t;
 }
 
-Format format_of(std::uint32_t type) {
-  switch (type) {
-    case kQ8_0:
-      return Format::q8_0;
-    case kQ5_0:
-      return Format::q5_0;
-    case kQ5_1:
-      return Format::q5_1;
+// llama-quant.cpp tensor_type_fallback: a row length that is not a multiple of the type's block
+// size takes a smaller-block type of similar size, or F16 when even that does not fit.
+std::uint32_t fallback_type(std::uint32_t t, const std::string& name, std::int64_t ncols,
+                            bool* fallback) {
+  *fallback = false;
+  if (ncols % block_elems(t) == 0) return t;
+  *fallback = true;
+  std::uint32_t r;
+  switch (t) {
+    case kIQ4_XS:
+      r = kIQ4_NL;
+      break;
+    case kQ2_K:
+    case kQ3_K:
+      r = kQ4_0;
+      break;
     case kQ4_K:
-      return Format::q4_K;
+      r = kQ5_0;
+      break;
     case kQ5_K:
-      return Format::q5_K;
+      r = kQ5_1;
+      break;
     case kQ6_K:
-      return Format::q6_K;
-    case kF16:
-      return Format::f16;
+      r = kQ8_0;
+      break;
     default:
-      fail("quantize: nibble cannot produce ggml type ", gguf::type_info(type).name);
+      fail("quantize: tensor ", name, " has rows of ", ncols, " values, not a multiple of ",
+           block_elems(t), ", and llama-quantize defines no fallback for ",
+           gguf::type_info(t).name);
   }
+  return ncols % block_elems(r) == 0 ? r : kF16;
+}
+
+// llama_tensor_get_type: the mix rules and the fallback apply only to quantized base types (BF16
+// turns every quantizable tensor into BF16).
+std::uint32_t tensor_type(State& s, const std::string& name, const std::vector<std::int64_t>& shape,
+                          bool* fallback) {
+  const std::uint32_t base = llama_ftype_base_type(s.ftype);
+  *fallback = false;
+  if (base == kBF16) return base;
+  const std::uint32_t t = mix_type(s, base, name, shape, category_of(name));
+  return fallback_type(t, name, shape[0], fallback);
+}
+
+// The nibble format of a ggml type id the driver writes.
+Format format_of(std::uint32_t type) {
+  for (int i = 0; i <= static_cast<int>(kLastFormat); ++i) {
+    const Format f = static_cast<Format>(i);
+    if (f != Format::q8_K && traits(f).gguf_type == static_cast<int>(type) &&
+        format_implemented(f)) {
+      return f;
+    }
+  }
+  fail("quantize: nibble cannot produce ggml type ", gguf::type_info(type).name);
 }
 
 std::int64_t int_key(const gguf::File& f, const std::string& key, std::int64_t def) {
   const gguf::KeyValue* kv = f.find(key);
   if (!kv || !kv->value.is_integer()) return def;
   return kv->value.as_int();
+}
+
+// An integer key, or the first element of an integer array key (llama's get_key_or_arr).
+std::int64_t int_key_or_first(const gguf::File& f, const std::string& key, std::int64_t def) {
+  const gguf::KeyValue* kv = f.find(key);
+  if (!kv) return def;
+  if (kv->value.is_integer()) return kv->value.as_int();
+  const gguf::Value& v = kv->value;
+  const std::size_t es = gguf::value_type_size(v.elem);
+  if (v.type != gguf::ValueType::array || v.count == 0 || es == 0 || v.raw.size() < es) return def;
+  gguf::Value e;
+  e.type = v.elem;
+  std::memcpy(&e.bits, v.raw.data(), es);
+  return e.is_integer() ? e.as_int() : def;
 }
 
 // Converts `n` values of an f32/f16/bf16 tensor to f32.
@@ -411,51 +556,59 @@ std::vector<std::uint8_t> quantize_tensor(const Context& ctx, std::uint32_t out_
   return out;
 }
 
+namespace {
+
+struct FtypeRow {
+  LlamaFtype ftype;
+  const char* name;
+  std::uint32_t base;
+};
+
+// llama-quantize's type names and llama_ftype_get_default_type.
+constexpr FtypeRow kFtypes[] = {
+    {LlamaFtype::q4_0, "Q4_0", kQ4_0},       {LlamaFtype::q4_1, "Q4_1", kQ4_1},
+    {LlamaFtype::q8_0, "Q8_0", kQ8_0},       {LlamaFtype::q5_0, "Q5_0", kQ5_0},
+    {LlamaFtype::q5_1, "Q5_1", kQ5_1},       {LlamaFtype::q2_K, "Q2_K", kQ2_K},
+    {LlamaFtype::q3_K_S, "Q3_K_S", kQ3_K},   {LlamaFtype::q3_K_M, "Q3_K_M", kQ3_K},
+    {LlamaFtype::q3_K_L, "Q3_K_L", kQ3_K},   {LlamaFtype::q4_K_S, "Q4_K_S", kQ4_K},
+    {LlamaFtype::q4_K_M, "Q4_K_M", kQ4_K},   {LlamaFtype::q5_K_S, "Q5_K_S", kQ5_K},
+    {LlamaFtype::q5_K_M, "Q5_K_M", kQ5_K},   {LlamaFtype::q6_K, "Q6_K", kQ6_K},
+    {LlamaFtype::iq4_nl, "IQ4_NL", kIQ4_NL}, {LlamaFtype::iq4_xs, "IQ4_XS", kIQ4_XS},
+    {LlamaFtype::bf16, "BF16", kBF16}};
+
+const FtypeRow& ftype_row(LlamaFtype f) {
+  for (const auto& r : kFtypes) {
+    if (r.ftype == f) return r;
+  }
+  fail("quantize: unknown file type ", static_cast<int>(f));
+}
+
+}  // namespace
+
 LlamaFtype parse_llama_ftype(const std::string& name) {
   std::string u;
   for (char ch : name) u += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (u == "Q8_0") return LlamaFtype::q8_0;
-  if (u == "Q4_K_S") return LlamaFtype::q4_K_S;
-  if (u == "Q4_K_M" || u == "Q4_K") return LlamaFtype::q4_K_M;
-  if (u == "Q5_K_S") return LlamaFtype::q5_K_S;
-  if (u == "Q5_K_M" || u == "Q5_K") return LlamaFtype::q5_K_M;
-  if (u == "Q6_K") return LlamaFtype::q6_K;
-  fail("quantize: type \"", name,
-       "\" is not one of Q8_0, Q4_K, Q4_K_S, Q4_K_M, Q5_K, Q5_K_S, Q5_K_M, Q6_K");
+  // llama-quantize's aliases.
+  if (u == "Q3_K") return LlamaFtype::q3_K_M;
+  if (u == "Q4_K") return LlamaFtype::q4_K_M;
+  if (u == "Q5_K") return LlamaFtype::q5_K_M;
+  for (const auto& r : kFtypes) {
+    if (u == r.name) return r.ftype;
+  }
+  std::string all;
+  for (const auto& r : kFtypes) all += std::string(all.empty() ? "" : ", ") + r.name;
+  fail("quantize: type \"", name, "\" is not one of ", all, " (or the aliases Q3_K, Q4_K, Q5_K)");
 }
 
 const char* llama_ftype_name(LlamaFtype f) {
-  switch (f) {
-    case LlamaFtype::q8_0:
-      return "Q8_0";
-    case LlamaFtype::q4_K_S:
-      return "Q4_K_S";
-    case LlamaFtype::q4_K_M:
-      return "Q4_K_M";
-    case LlamaFtype::q5_K_S:
-      return "Q5_K_S";
-    case LlamaFtype::q5_K_M:
-      return "Q5_K_M";
-    case LlamaFtype::q6_K:
-      return "Q6_K";
+  for (const auto& r : kFtypes) {
+    if (r.ftype == f) return r.name;
   }
   return "?";
 }
 
 std::uint32_t llama_ftype_base_type(LlamaFtype f) {
-  switch (f) {
-    case LlamaFtype::q8_0:
-      return kQ8_0;
-    case LlamaFtype::q4_K_S:
-    case LlamaFtype::q4_K_M:
-      return kQ4_K;
-    case LlamaFtype::q5_K_S:
-    case LlamaFtype::q5_K_M:
-      return kQ5_K;
-    case LlamaFtype::q6_K:
-      return kQ6_K;
-  }
-  return kQ8_0;
+  return ftype_row(f).base;
 }
 
 LlamaModelInfo llama_model_info(const gguf::File& in) {
@@ -469,15 +622,25 @@ LlamaModelInfo llama_model_info(const gguf::File& in) {
   if (nl < 0 || nl > 1000000) fail("quantize: missing or invalid ", m.arch, ".block_count");
   m.n_layer = static_cast<int>(nl);
   m.n_expert = static_cast<int>(int_key(in, m.arch + ".expert_count", 0));
-  m.n_head = static_cast<int>(int_key(in, m.arch + ".attention.head_count", 0));
-  m.n_head_kv = static_cast<int>(int_key(in, m.arch + ".attention.head_count_kv", m.n_head));
-  // llama_model::load_hparams, LLM_ARCH_LLAMA: 80 layers without experts is 65B (MHA) or 70B.
-  m.is_70b = m.arch == "llama" && m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
+  // llama_model::load_hparams: head counts may be per-layer arrays (the rules use layer 0's);
+  // head_count_kv defaults to head_count.
+  m.n_head = static_cast<int>(int_key_or_first(in, m.arch + ".attention.head_count", 0));
+  m.n_head_kv =
+      static_cast<int>(int_key_or_first(in, m.arch + ".attention.head_count_kv", m.n_head));
+  // The architectures' load_arch_hparams: which models are LLM_TYPE_70B (llama: 80 layers
+  // without 8 experts and with grouped-query attention, else it is 65B).
+  if (m.arch == "llama") {
+    m.is_70b = m.n_expert != 8 && m.n_layer == 80 && m.n_head != m.n_head_kv;
+  } else if (m.arch == "qwen2" || m.arch == "deci" || m.arch == "olmo") {
+    m.is_70b = m.n_layer == 80;
+  } else if (m.arch == "jais2") {
+    m.is_70b = m.n_layer == 68;
+  }
   for (const auto& t : in.tensors) {
-    if (contains(t.name, "attn_v.weight") || contains(t.name, "attn_qkv.weight") ||
-        contains(t.name, "attn_kv_b.weight")) {
+    const Cat c = category_of(t.name);
+    if (attn_v_like(c)) {
       ++m.n_attention_wv;
-    } else if (t.name == "output.weight") {
+    } else if (c == Cat::output) {
       m.has_output = true;
     }
   }
@@ -486,11 +649,6 @@ LlamaModelInfo llama_model_info(const gguf::File& in) {
 
 std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype, bool has_imatrix) {
   const LlamaModelInfo m = llama_model_info(in);
-  // llama asserts that every attention layer has one attn_v-like weight.
-  if (m.n_attention_wv != 0 && m.n_attention_wv != m.n_layer) {
-    fail("quantize: found ", m.n_attention_wv, " attn_v weights for ", m.n_layer,
-         " layers (llama-quantize asserts they match)");
-  }
   // llama_model_loader keeps the weights in a std::map ordered by (layer, name).
   std::vector<std::size_t> order(in.tensors.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -503,7 +661,6 @@ std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
   });
 
   State s{m, ftype, has_imatrix};
-  const std::uint32_t base = llama_ftype_base_type(ftype);
   std::vector<TensorPlan> plan;
   plan.reserve(order.size());
   for (std::size_t idx : order) {
@@ -515,7 +672,7 @@ std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
     p.out_type = t.type;
     if (allows_quantization(t.name, t.shape)) {
       bool fb = false;
-      const std::uint32_t nt = tensor_type(s, base, t.name, t.shape, &fb);
+      const std::uint32_t nt = tensor_type(s, t.name, t.shape, &fb);
       if (nt != t.type) {
         p.quantize = true;
         p.out_type = nt;
@@ -627,7 +784,8 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
       if (im) {
         const std::vector<float>* v = im->find(t.name);
         const std::int64_t want = t.shape[0] * (t.shape.size() > 2 ? t.shape[2] : 1);
-        if (v && static_cast<std::int64_t>(v->size()) != want && t.name != "token_embd.weight") {
+        if (v && static_cast<std::int64_t>(v->size()) != want &&
+            category_of(t.name) != Cat::token_embd) {
           fail("quantize: imatrix size ", v->size(), " is different from tensor size ", want,
                " for ", t.name);
         }
@@ -734,7 +892,8 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
         const gguf::TensorInfo* hess = nullptr;
         const gguf::TensorInfo* acts = nullptr;
         if (options.method == QuantMethod::gptq && mats == 1 &&
-            (p.out_type == kQ4_K || p.out_type == kQ5_K || p.out_type == kQ6_K)) {
+            (p.out_type == kQ2_K || p.out_type == kQ3_K || p.out_type == kQ4_K ||
+             p.out_type == kQ5_K || p.out_type == kQ6_K)) {
           hess = calib.find_tensor(t.name + ".hessian");
           acts = hess ? nullptr : find_inputs(calib, t.name, cols);
         }

@@ -22,14 +22,15 @@ using detail::fail;
 namespace {
 
 // ggml type ids used here.
-constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
-                        kQ6_K = 14;
+constexpr std::uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11,
+                        kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30;
 
 using RowMajorXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Whether gptq::quantize_blocks can produce type t for rows of `cols` values.
+// Whether gptq::quantize_blocks can produce type t for rows of `cols` values. Other types (q4_1,
+// q5_1, iq4_nl, iq4_xs, bf16, f16) are rounded as llama-quantize writes them.
 bool gptq_type(std::uint32_t t, std::int64_t cols) {
-  if (t == kQ4_K || t == kQ5_K || t == kQ6_K) return cols % 256 == 0;
+  if (t == kQ2_K || t == kQ3_K || t == kQ4_K || t == kQ5_K || t == kQ6_K) return cols % 256 == 0;
   if (t == kQ8_0 || t == kQ5_0 || t == kQ4_0) return cols % 32 == 0;
   return false;
 }
@@ -139,9 +140,9 @@ Calibrator::Calibrator(const std::string& in_path, LlamaFtype ftype,
     for (int i = 0; i < kNumLinears; ++i) {
       const std::string name = tensor_name(l, kLinearNames[i]);
       const TensorPlan& p = plan_.at(name);
-      if (p.quantize && p.in_type != kF32 && p.in_type != kF16) {
+      if (p.quantize && p.in_type != kF32 && p.in_type != kF16 && p.in_type != kBF16) {
         fail("quantize: tensor ", name, " is stored as ", gguf::type_info(p.in_type).name,
-             "; sequential calibration needs f32 or f16 weights");
+             "; sequential calibration needs f32, f16 or bf16 weights");
       }
       (void)weight_format(p.out_type, name);  // the forward pass must run the output type
       const gguf::TensorInfo* t = model_.file().find_tensor(name);
@@ -150,8 +151,10 @@ Calibrator::Calibrator(const std::string& in_path, LlamaFtype ftype,
   }
   const std::uint32_t base = llama_ftype_base_type(ftype);
   if (o.method == QuantMethod::gptq && !any_gptq) {
-    fail("quantize: --method gptq calibrates Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights; ",
-         llama_ftype_name(ftype), " gives this model none");
+    fail(
+        "quantize: --method gptq calibrates Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 "
+        "weights; ",
+        llama_ftype_name(ftype), " gives this model none");
   }
   if (o.method == QuantMethod::awq) {
     if (base != kQ4_K && base != kQ5_K) {

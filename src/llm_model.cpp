@@ -16,13 +16,14 @@ using detail::fail;
 
 namespace {
 
-// The weight formats the forward pass runs (those llama-quantize writes for llama models,
-// fallbacks included).
-constexpr Format kWeightFormats[] = {Format::f32,  Format::f16,  Format::q8_0, Format::q4_0,
-                                     Format::q4_1, Format::q5_0, Format::q5_1, Format::q4_K,
-                                     Format::q5_K, Format::q6_K};
+// The weight formats the forward pass runs (those nibble quantize / llama-quantize write for
+// llama models with the file types of LlamaFtype, fallbacks included).
+constexpr Format kWeightFormats[] = {Format::f32,  Format::f16,    Format::bf16,  Format::q8_0,
+                                     Format::q4_0, Format::q4_1,   Format::q5_0,  Format::q5_1,
+                                     Format::q2_K, Format::q3_K,   Format::q4_K,  Format::q5_K,
+                                     Format::q6_K, Format::iq4_nl, Format::iq4_xs};
 constexpr const char* kWeightFormatList =
-    "f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K";
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs";
 
 }  // namespace
 

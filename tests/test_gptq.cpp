@@ -11,12 +11,15 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "llm_layer.hpp"
 #include "nibble/quant/gptq.hpp"
 #include "nibble/quant/hessian.hpp"
 #include "nibble/quant/rtn.hpp"
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
 #include "nibble/formats/q4_0.hpp"
 #include "nibble/formats/q4_k.hpp"
 #include "nibble/formats/q5_0.hpp"
@@ -599,6 +602,64 @@ TEST(GptqKQuant, BeatsRtnAndImatrixQ6K) {
                                        nibble::ref::dequantize_q6_K, 0.6);
 }
 
+TEST(GptqKQuant, BeatsRtnAndImatrixQ2K) {
+  check_kquant_gptq<nibble::BlockQ2_K>(nibble::Format::q2_K, "Q2_K", nibble::ref::quantize_q2_K,
+                                       nibble::ref::quantize_q2_K_imatrix,
+                                       nibble::ref::dequantize_q2_K, 0.6);
+}
+
+TEST(GptqKQuant, BeatsRtnAndImatrixQ3K) {
+  check_kquant_gptq<nibble::BlockQ3_K>(nibble::Format::q3_K, "Q3_K", nibble::ref::quantize_q3_K,
+                                       nibble::ref::quantize_q3_K_imatrix,
+                                       nibble::ref::dequantize_q3_K, 0.6);
+}
+
+namespace {
+// With a diagonal Hessian the inverse Cholesky factor is diagonal, so GPTQ propagates no error:
+// every value is rounded on the grid that the importance-weighted reference quantizer chooses
+// with importance = the damped diagonal. The decoded weights must then equal the reference
+// quantizer's exactly (bytes may differ only in sub-blocks whose scale is 0, where any level
+// decodes to the same value).
+template <class Block>
+void check_diagonal_hessian(nibble::Format f,
+                            void (*weighted)(const float*, Block*, std::int64_t, const float*),
+                            void (*deq)(const Block*, float*, std::int64_t)) {
+  const int rows = 24, cols = 512;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Eigen::MatrixXf W(rows, cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) W(r, c) = 0.05f * nd(rng) * (c % 7 == 0 ? 4.0f : 1.0f);
+  // Powers of two keep sum, mean and damping exact, so the test can restate them.
+  const float levels[] = {0.5f, 1.0f, 2.0f, 4.0f};
+  Eigen::MatrixXf H = Eigen::MatrixXf::Zero(cols, cols);
+  float sum = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    H(c, c) = levels[(c * 5 + c / 3) % 4];
+    sum += H(c, c);
+  }
+  const float damp = 0.01f * (sum / static_cast<float>(cols));
+  std::vector<float> imp(cols);
+  for (int c = 0; c < cols; ++c) imp[c] = H(c, c) + damp;
+  const auto bytes = gptq::quantize_blocks(f, W, H, gptq::Config{});
+  const Eigen::MatrixXf G = dequant_rows<Block>(bytes, rows, cols, deq);
+  const Eigen::MatrixXf R = ref_rows<Block>(W, imp.data(), nullptr, weighted, deq);
+  int diff = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) diff += G(r, c) != R(r, c);
+  EXPECT_EQ(diff, 0) << nibble::traits(f).name;
+}
+}  // namespace
+
+TEST(GptqKQuant, DiagonalHessianReducesToTheWeightedReferenceQ2KQ3K) {
+  check_diagonal_hessian<nibble::BlockQ2_K>(
+      nibble::Format::q2_K, nibble::ref::quantize_q2_K_imatrix, nibble::ref::dequantize_q2_K);
+  check_diagonal_hessian<nibble::BlockQ3_K>(
+      nibble::Format::q3_K, nibble::ref::quantize_q3_K_imatrix, nibble::ref::dequantize_q3_K);
+  check_diagonal_hessian<nibble::BlockQ4_K>(
+      nibble::Format::q4_K, nibble::ref::quantize_q4_K_imatrix, nibble::ref::dequantize_q4_K);
+}
+
 namespace {
 // Legacy 32-value formats: GPTQ against the reference quantizer on the same layer.
 template <class Block>
@@ -677,6 +738,7 @@ TEST(GptqKQuant, RejectsBadInput) {
   const Eigen::MatrixXf H = hessian_of(L.X);
   gptq::Config cfg;
   EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q4_1, L.W, H, cfg), nibble::Error);
+  EXPECT_THROW(gptq::quantize_blocks(nibble::Format::iq4_xs, L.W, H, cfg), nibble::Error);
   const auto T = tiny_layer(4, 48, 64, 9);  // not a multiple of 32
   EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q8_0, T.W, hessian_of(T.X), cfg),
                nibble::Error);

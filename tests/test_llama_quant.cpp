@@ -1,8 +1,10 @@
 // `nibble quantize` (llama-quantize compatible) tests.
 //
 // 1. Type selection: literal expectation tables derived by hand from llama.cpp
-//    src/llama-quant.cpp at c392e50 (function llama_tensor_get_type and the tensor loop of
-//    llama_model_quantize_impl); each rule is quoted next to the table that exercises it.
+//    src/llama-quant.cpp (first at c392e50, the Q2_K/Q3_K/legacy/IQ4/BF16 mixes and the fallback
+//    table at upstream 0253fb2: llama_tensor_get_type_impl, tensor_type_fallback and the tensor
+//    loop of llama_model_quantize_impl); each rule is restated next to the table that exercises
+//    it. tests/cross/llama_compare checks the same rules end to end against llama-quantize.
 // 2. End to end: small llama-architecture GGUF files (random f32/f16 weights with llama's tensor
 //    names and metadata keys) are quantized, read back and dequantized; the result is compared
 //    with the input in double precision (relative RMS error per format, tolerances below), the
@@ -32,7 +34,9 @@ using nibble::LlamaFtype;
 
 namespace {
 
-constexpr std::uint32_t F32 = 0, F16 = 1, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14;
+constexpr std::uint32_t F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+                        Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20,
+                        IQ4_XS = 23, BF16 = 30;
 
 struct ModelSpec {
   int n_layer = 2;
@@ -206,23 +210,59 @@ nibble::Format fmt(std::uint32_t t) {
       return nibble::Format::q5_K;
     case Q6_K:
       return nibble::Format::q6_K;
+    case Q4_0:
+      return nibble::Format::q4_0;
+    case Q4_1:
+      return nibble::Format::q4_1;
+    case Q5_0:
+      return nibble::Format::q5_0;
+    case Q5_1:
+      return nibble::Format::q5_1;
+    case Q2_K:
+      return nibble::Format::q2_K;
+    case Q3_K:
+      return nibble::Format::q3_K;
+    case IQ4_NL:
+      return nibble::Format::iq4_nl;
+    case IQ4_XS:
+      return nibble::Format::iq4_xs;
+    case BF16:
+      return nibble::Format::bf16;
+    case F16:
+      return nibble::Format::f16;
     default:
       return nibble::Format::f32;
   }
 }
 
-// Relative RMS tolerance per output type for N(0, s^2) weights with one 8x outlier per tensor:
-// the expected errors are about q8_0 0.5%, q6_K 2%, q5_K 4%, q4_K 8%.
+// Relative RMS tolerance per output type for N(0, s^2) weights with one 8x outlier per tensor,
+// about twice the expected error of each format: q8_0 0.5%, bf16 0.2%, q6_K 2%, q5_0/q5_1/q5_K
+// 3-4%, q4_0/q4_1/q4_K/iq4_nl/iq4_xs 7-9%, q3_K 15-18%, q2_K 30-35% (levels 0..3 per 16 values
+// with a per-sub-block min).
 double tolerance(std::uint32_t t) {
   switch (t) {
     case Q8_0:
       return 0.01;
+    case BF16:
+      return 0.005;
     case Q6_K:
       return 0.035;
     case Q5_K:
+    case Q5_0:
+    case Q5_1:
       return 0.07;
     case Q4_K:
+    case Q4_0:
+    case Q4_1:
+    case IQ4_NL:
+    case IQ4_XS:
       return 0.14;
+    case Q3_K:
+      return 0.3;
+    case Q2_K:
+      return 0.6;
+    case F16:
+      return 0.001;
     default:
       return 0.0;
   }
@@ -402,15 +442,16 @@ TEST(LlamaQuantPlan, ShapeFallbacksAndSkippedTensors) {
   EXPECT_EQ(q6.at("blk.0.attn_q.bias"), F32);
   EXPECT_EQ(q6.at("rope_freqs.weight"), F32);
   EXPECT_EQ(q6.at("blk.0.ffn_down.weight"), Q6_K);
-  // Q4_K / Q5_K on 288 columns fall back to Q5_0 / Q5_1 (80 columns: on to F16).
-  const std::uint32_t Q5_0 = 6, Q5_1 = 7;
+  // Q4_K_M: 288 columns take Q5_0 (attn_v: Q6_K for layer 0 of 1 -> Q8_0), 80 columns
+  // Q5_0 -> F16.
   const auto q4m = plan_types(f, LlamaFtype::q4_K_M);
   EXPECT_EQ(q4m.at("blk.0.attn_q.weight"), Q5_0);
+  EXPECT_EQ(q4m.at("blk.0.attn_v.weight"), Q8_0);
   EXPECT_EQ(q4m.at("blk.0.attn_k.weight"), F16);
-  EXPECT_EQ(q4m.at("blk.0.attn_v.weight"), Q8_0);  // Q6_K (more bits) -> Q8_0
   EXPECT_EQ(q4m.at("output.weight"), Q8_0);
+  // Q5_K_S: 288 columns take Q5_1.
   EXPECT_EQ(plan_types(f, LlamaFtype::q5_K_S).at("blk.0.attn_q.weight"), Q5_1);
-  // Q8_0 on 80 columns: llama-quantize has no fallback for Q8_0 either.
+  // Q8_0 on 80 columns: llama-quantize has no fallback for Q8_0.
   EXPECT_THROW((void)nibble::plan_llama_quant(f, LlamaFtype::q8_0), nibble::Error);
 }
 
@@ -420,7 +461,281 @@ TEST(LlamaQuantPlan, ParsesTypeNames) {
   EXPECT_EQ(nibble::parse_llama_ftype("Q4_K_S"), LlamaFtype::q4_K_S);
   EXPECT_EQ(nibble::parse_llama_ftype("Q8_0"), LlamaFtype::q8_0);
   EXPECT_EQ(static_cast<int>(nibble::parse_llama_ftype("Q6_K")), 18);
-  EXPECT_THROW((void)nibble::parse_llama_ftype("Q3_K_M"), nibble::Error);
+  // llama.h values (general.file_type) and llama-quantize's names/aliases.
+  const std::pair<const char*, int> names[] = {
+      {"Q4_0", 2},    {"q4_1", 3},  {"Q5_0", 8},    {"Q5_1", 9},    {"Q2_K", 10},   {"Q3_K_S", 11},
+      {"Q3_K_M", 12}, {"Q3_K", 12}, {"q3_k_l", 13}, {"IQ4_NL", 25}, {"iq4_xs", 30}, {"BF16", 32}};
+  for (const auto& n : names) {
+    EXPECT_EQ(static_cast<int>(nibble::parse_llama_ftype(n.first)), n.second) << n.first;
+  }
+  for (LlamaFtype ft : nibble::kAllLlamaFtypes) {
+    EXPECT_EQ(nibble::parse_llama_ftype(nibble::llama_ftype_name(ft)), ft);
+  }
+  // Types llama-quantize has but nibble does not produce.
+  for (const char* bad : {"Q2_K_S", "IQ3_XS", "IQ2_XXS", "F16", "TQ1_0", "MXFP4_MOE", ""}) {
+    EXPECT_THROW((void)nibble::parse_llama_ftype(bad), nibble::Error) << bad;
+  }
+}
+
+// Rules of llama_tensor_get_type_impl (upstream 0253fb2) for the file types added after c392e50:
+//  L1 base types: Q2_K -> Q2_K; Q3_K_S/M/L -> Q3_K; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS,
+//     BF16 -> themselves. BF16 is not a quantized type: no mix rule and no fallback applies,
+//     every quantizable tensor (output and token_embd included) becomes BF16.
+//  L2 output.weight (and a tied token_embd): R1 (Q6_K, or Q8_0 when ne[0] does not fit the base
+//     type's block); an untied token_embd keeps the base type.
+//  L3 attn_v (and attn_qkv, attn_kv_b; counter i_attention_wv): Q2_K -> Q4_K if n_gqa >= 4 else
+//     Q3_K; Q3_K_M -> Q5_K for i_attention_wv < 2 else Q4_K; Q3_K_L -> Q5_K; IQ4_NL/IQ4_XS ->
+//     Q5_K if n_gqa >= 4; then 70B: Q3_K/Q4_K -> Q5_K; then n_expert == 8 -> Q8_0.
+//  L4 ffn_down (i = layer): Q2_K -> Q3_K; Q3_K_M -> Q5_K if i < n/16, else Q4_K (not falcon);
+//     Q3_K_L -> Q5_K; IQ4_NL/IQ4_XS without imatrix -> Q5_K if i < n/8; Q4_0/Q5_0 with imatrix
+//     -> Q4_1/Q5_1 if i < n/8.
+//  L5 attn_output: Q2_K -> Q3_K, Q3_K_M -> Q4_K, Q3_K_L -> Q5_K; with 8 experts instead Q5_K for
+//     Q2_K, Q3_K_S, Q3_K_M, IQ4_NL, IQ4_XS, Q4_K_S, Q4_K_M.
+//  L6 tensor_type_fallback, ne[0] not a multiple of the block: IQ4_XS -> IQ4_NL; Q2_K, Q3_K ->
+//     Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; F16 if the fallback does not fit either;
+//     any other type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) is an error.
+namespace {
+
+// Expected types of one mix: v_lo for attn_v layers < v_split, else v_hi; down_lo for ffn_down
+// layers < down_split, else down_hi; attn_q/attn_k/ffn_gate/ffn_up get base.
+struct MixRow {
+  LlamaFtype ft;
+  int n_layer;
+  int n_head_kv;  // of 4 query heads: 1 -> n_gqa 4, 4 -> n_gqa 1
+  bool imatrix;
+  std::uint32_t base, embd, out, v_lo, v_hi;
+  int v_split;
+  std::uint32_t attn_out, down_lo, down_hi;
+  int down_split;
+};
+
+const MixRow kMixRows[] = {
+    // ft, layers, kv, imatrix, base, token_embd, output, attn_v lo/hi/split, attn_output,
+    // ffn_down lo/hi/split
+    {LlamaFtype::q2_K, 8, 4, false, Q2_K, Q2_K, Q6_K, Q3_K, Q3_K, 0, Q3_K, Q3_K, Q3_K, 0},
+    {LlamaFtype::q2_K, 8, 1, false, Q2_K, Q2_K, Q6_K, Q4_K, Q4_K, 0, Q3_K, Q3_K, Q3_K, 0},
+    {LlamaFtype::q2_K, 8, 1, true, Q2_K, Q2_K, Q6_K, Q4_K, Q4_K, 0, Q3_K, Q3_K, Q3_K, 0},
+    {LlamaFtype::q3_K_S, 8, 1, false, Q3_K, Q3_K, Q6_K, Q3_K, Q3_K, 0, Q3_K, Q3_K, Q3_K, 0},
+    {LlamaFtype::q3_K_S, 8, 4, true, Q3_K, Q3_K, Q6_K, Q3_K, Q3_K, 0, Q3_K, Q3_K, Q3_K, 0},
+    {LlamaFtype::q3_K_M, 8, 4, false, Q3_K, Q3_K, Q6_K, Q5_K, Q4_K, 2, Q4_K, Q4_K, Q4_K, 0},
+    {LlamaFtype::q3_K_M, 32, 1, true, Q3_K, Q3_K, Q6_K, Q5_K, Q4_K, 2, Q4_K, Q5_K, Q4_K, 2},
+    {LlamaFtype::q3_K_L, 8, 1, false, Q3_K, Q3_K, Q6_K, Q5_K, Q5_K, 0, Q5_K, Q5_K, Q5_K, 0},
+    {LlamaFtype::q3_K_L, 32, 4, true, Q3_K, Q3_K, Q6_K, Q5_K, Q5_K, 0, Q5_K, Q5_K, Q5_K, 0},
+    {LlamaFtype::q4_0, 8, 1, false, Q4_0, Q4_0, Q6_K, Q4_0, Q4_0, 0, Q4_0, Q4_0, Q4_0, 0},
+    {LlamaFtype::q4_0, 8, 1, true, Q4_0, Q4_0, Q6_K, Q4_0, Q4_0, 0, Q4_0, Q4_1, Q4_0, 1},
+    {LlamaFtype::q4_0, 32, 4, true, Q4_0, Q4_0, Q6_K, Q4_0, Q4_0, 0, Q4_0, Q4_1, Q4_0, 4},
+    {LlamaFtype::q4_1, 8, 1, true, Q4_1, Q4_1, Q6_K, Q4_1, Q4_1, 0, Q4_1, Q4_1, Q4_1, 0},
+    {LlamaFtype::q5_0, 8, 4, false, Q5_0, Q5_0, Q6_K, Q5_0, Q5_0, 0, Q5_0, Q5_0, Q5_0, 0},
+    {LlamaFtype::q5_0, 8, 4, true, Q5_0, Q5_0, Q6_K, Q5_0, Q5_0, 0, Q5_0, Q5_1, Q5_0, 1},
+    {LlamaFtype::q5_1, 8, 1, true, Q5_1, Q5_1, Q6_K, Q5_1, Q5_1, 0, Q5_1, Q5_1, Q5_1, 0},
+    {LlamaFtype::iq4_nl, 8, 4, false, IQ4_NL, IQ4_NL, Q6_K, IQ4_NL, IQ4_NL, 0, IQ4_NL, Q5_K, IQ4_NL,
+     1},
+    {LlamaFtype::iq4_nl, 8, 1, false, IQ4_NL, IQ4_NL, Q6_K, Q5_K, Q5_K, 0, IQ4_NL, Q5_K, IQ4_NL, 1},
+    {LlamaFtype::iq4_nl, 32, 1, true, IQ4_NL, IQ4_NL, Q6_K, Q5_K, Q5_K, 0, IQ4_NL, IQ4_NL, IQ4_NL,
+     0},
+    {LlamaFtype::iq4_xs, 32, 4, false, IQ4_XS, IQ4_XS, Q6_K, IQ4_XS, IQ4_XS, 0, IQ4_XS, Q5_K,
+     IQ4_XS, 4},
+    {LlamaFtype::iq4_xs, 8, 1, true, IQ4_XS, IQ4_XS, Q6_K, Q5_K, Q5_K, 0, IQ4_XS, IQ4_XS, IQ4_XS,
+     0},
+    {LlamaFtype::bf16, 8, 1, false, BF16, BF16, BF16, BF16, BF16, 0, BF16, BF16, BF16, 0},
+    {LlamaFtype::bf16, 8, 4, true, BF16, BF16, BF16, BF16, BF16, 0, BF16, BF16, BF16, 0},
+};
+
+}  // namespace
+
+TEST(LlamaQuantPlan, LowBitLegacyIq4AndBf16Mixes) {
+  for (const MixRow& r : kMixRows) {
+    ModelSpec sp;
+    sp.n_layer = r.n_layer;
+    sp.n_head = 4;
+    sp.n_head_kv = r.n_head_kv;
+    sp.rows2 = 2;
+    const Parsed p = to_file(make_model(sp));
+    const std::string what = std::string(nibble::llama_ftype_name(r.ft)) + " layers " +
+                             std::to_string(r.n_layer) + " kv " + std::to_string(r.n_head_kv) +
+                             (r.imatrix ? " imatrix" : "");
+    std::map<std::string, std::uint32_t> got;
+    for (const auto& t : nibble::plan_llama_quant(p.file, r.ft, r.imatrix))
+      got[t.name] = t.out_type;
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(3 + 9 * r.n_layer)) << what;
+    for (const auto& kv : got) {
+      const std::string& n = kv.first;
+      int layer = -1;
+      std::sscanf(n.c_str(), "blk.%d.", &layer);
+      std::uint32_t want = r.base;
+      if (n.find("norm") != std::string::npos) {
+        want = F32;
+      } else if (n == "token_embd.weight") {
+        want = r.embd;
+      } else if (n == "output.weight") {
+        want = r.out;
+      } else if (n.find("attn_v.") != std::string::npos) {
+        want = layer < r.v_split ? r.v_lo : r.v_hi;
+      } else if (n.find("attn_output.") != std::string::npos) {
+        want = r.attn_out;
+      } else if (n.find("ffn_down.") != std::string::npos) {
+        want = layer < r.down_split ? r.down_lo : r.down_hi;
+      }
+      EXPECT_EQ(kv.second, want) << what << ": " << n << " is " << tname(kv.second) << ", expected "
+                                 << tname(want);
+    }
+  }
+}
+
+TEST(LlamaQuantPlan, LowBitMixesOn70BExpertsTiedAndFusedQkv) {
+  // L3 70B bump (llama, 80 layers, n_gqa 8): every attn_v of Q2_K / Q3_K_* ends up Q5_K; the
+  // 32-value types are untouched.
+  ModelSpec sp;
+  sp.n_layer = 80;
+  sp.n_head = 8;
+  sp.n_head_kv = 1;
+  sp.rows2 = 2;
+  const Parsed p70 = to_file(make_model(sp));
+  for (LlamaFtype ft : {LlamaFtype::q2_K, LlamaFtype::q3_K_S, LlamaFtype::q3_K_M,
+                        LlamaFtype::q3_K_L, LlamaFtype::iq4_nl}) {
+    const auto got = plan_types(p70.file, ft);
+    for (int i = 0; i < 80; ++i)
+      EXPECT_EQ(got.at("blk." + std::to_string(i) + ".attn_v.weight"), Q5_K)
+          << nibble::llama_ftype_name(ft) << " layer " << i;
+  }
+  EXPECT_EQ(plan_types(p70.file, LlamaFtype::q4_0).at("blk.5.attn_v.weight"), Q4_0);
+  // qwen2 with 80 layers is 70B whatever its attention (load_arch_hparams).
+  sp.n_head_kv = 8;
+  Model q = make_model(sp);
+  q.meta[0].value = g::Value::string("qwen2");
+  for (auto& kv : q.meta) {
+    if (kv.key.rfind("llama.", 0) == 0) kv.key = "qwen2." + kv.key.substr(6);
+  }
+  const Parsed pq = to_file(q);
+  EXPECT_EQ(plan_types(pq.file, LlamaFtype::q3_K_S).at("blk.40.attn_v.weight"), Q5_K);
+  Model l65 = make_model(sp);  // the same as llama without GQA is 65B: no bump
+  const Parsed p65 = to_file(l65);
+  EXPECT_EQ(plan_types(p65.file, LlamaFtype::q3_K_S).at("blk.40.attn_v.weight"), Q3_K);
+
+  // L3/L5 with 8 experts (layer taken from the name).
+  ModelSpec se;
+  se.n_layer = 2;
+  se.n_expert = 8;
+  se.rows2 = 2;
+  const Parsed pe = to_file(make_model(se));
+  const auto q2 = plan_types(pe.file, LlamaFtype::q2_K);
+  EXPECT_EQ(q2.at("blk.1.attn_v.weight"), Q8_0);
+  EXPECT_EQ(q2.at("blk.1.attn_k.weight"), Q8_0);
+  EXPECT_EQ(q2.at("blk.1.attn_output.weight"), Q5_K);
+  EXPECT_EQ(q2.at("blk.1.ffn_down.weight"), Q3_K);
+  EXPECT_EQ(plan_types(pe.file, LlamaFtype::q3_K_L).at("blk.0.attn_output.weight"), Q3_K);
+  EXPECT_EQ(plan_types(pe.file, LlamaFtype::iq4_xs).at("blk.0.attn_output.weight"), Q5_K);
+  EXPECT_EQ(plan_types(pe.file, LlamaFtype::q4_0).at("blk.0.attn_output.weight"), Q4_0);
+  EXPECT_EQ(plan_types(pe.file, LlamaFtype::q4_0).at("blk.0.attn_v.weight"), Q8_0);
+
+  // L2 tied embeddings: token_embd takes the output rule.
+  ModelSpec st;
+  st.n_layer = 2;
+  st.tied = true;
+  st.rows2 = 2;
+  const Parsed pt = to_file(make_model(st));
+  EXPECT_EQ(plan_types(pt.file, LlamaFtype::q2_K).at("token_embd.weight"), Q6_K);
+  EXPECT_EQ(plan_types(pt.file, LlamaFtype::iq4_nl).at("token_embd.weight"), Q6_K);
+  EXPECT_EQ(plan_types(pt.file, LlamaFtype::bf16).at("token_embd.weight"), BF16);
+
+  // Fused QKV (phi3-style attn_qkv): llama-quant.cpp at 0253fb2 files attn_qkv under the attn_v
+  // rules and counter (its separate attn_qkv branch, which c392e50 used -- Q4_K_M -> Q5_K,
+  // Q5_K_M -> Q6_K, Q3_K_M/L -> Q4_K -- can no longer be reached).
+  std::vector<g::KeyValue> meta = {{"general.architecture", g::Value::string("phi3")},
+                                   {"phi3.block_count", g::Value::u32(8)},
+                                   {"phi3.attention.head_count", g::Value::u32(4)}};
+  std::vector<float> zeros(512, 0.5f);
+  std::vector<g::TensorInfo> infos;
+  for (int l = 0; l < 8; ++l) {
+    for (const char* n : {"attn_qkv", "ffn_down"}) {
+      g::TensorInfo i;
+      i.name = "blk." + std::to_string(l) + "." + n + ".weight";
+      i.shape = {256, 2};
+      i.type = F32;
+      i.nbytes = 512 * 4;
+      i.data = reinterpret_cast<const std::uint8_t*>(zeros.data());
+      infos.push_back(i);
+    }
+  }
+  const auto bytes = g::write_memory(meta, infos);
+  const g::File f = g::File::parse(bytes.data(), bytes.size());
+  const auto m4 = plan_types(f, LlamaFtype::q4_K_M);
+  const auto m3 = plan_types(f, LlamaFtype::q3_K_M);
+  const std::set<int> more = {0, 3, 6, 7};  // use_more_bits(i, 8)
+  for (int l = 0; l < 8; ++l) {
+    const std::string n = "blk." + std::to_string(l) + ".attn_qkv.weight";
+    EXPECT_EQ(m4.at(n), more.count(l) ? Q6_K : Q4_K) << n;
+    EXPECT_EQ(m3.at(n), l < 2 ? Q5_K : Q4_K) << n;
+  }
+}
+
+TEST(LlamaQuantPlan, FallbackTableForEveryFileType) {
+  // L6 on hand-made shapes: 320 columns (a multiple of 32, not of 256) and 840 (not of 32).
+  std::vector<g::KeyValue> meta = {{"general.architecture", g::Value::string("llama")},
+                                   {"llama.block_count", g::Value::u32(1)},
+                                   {"llama.attention.head_count", g::Value::u32(4)},
+                                   {"llama.attention.head_count_kv", g::Value::u32(4)}};
+  struct T {
+    const char* name;
+    std::int64_t cols;
+  };
+  const T ts[] = {{"output.weight", 320},
+                  {"token_embd.weight", 320},
+                  {"blk.0.attn_q.weight", 320},
+                  {"blk.0.attn_v.weight", 320},
+                  {"blk.0.attn_output.weight", 320},
+                  {"blk.0.ffn_down.weight", 840}};
+  std::vector<std::vector<float>> store;
+  std::vector<g::TensorInfo> infos;
+  for (const auto& t : ts) {
+    store.emplace_back(static_cast<std::size_t>(t.cols * 2), 0.25f);
+    g::TensorInfo i;
+    i.name = t.name;
+    i.shape = {t.cols, 2};
+    i.type = F32;
+    i.nbytes = static_cast<std::uint64_t>(t.cols) * 8;
+    i.data = reinterpret_cast<const std::uint8_t*>(store.back().data());
+    infos.push_back(i);
+  }
+  const auto bytes = g::write_memory(meta, infos);
+  const g::File f = g::File::parse(bytes.data(), bytes.size());
+  struct Want {
+    LlamaFtype ft;
+    std::uint32_t out, embd, q, v, o, down;
+  };
+  const Want want[] = {
+      // Q2_K: v Q3_K -> Q4_0, o Q3_K -> Q4_0, down Q3_K -> Q4_0 -> F16 (840 % 32 != 0).
+      {LlamaFtype::q2_K, Q8_0, Q4_0, Q4_0, Q4_0, Q4_0, F16},
+      {LlamaFtype::q3_K_S, Q8_0, Q4_0, Q4_0, Q4_0, Q4_0, F16},
+      // Q3_K_M: v (layer 0) Q5_K -> Q5_1, o Q4_K -> Q5_0, down (0 < 1/16 no) Q4_K -> Q5_0 -> F16.
+      {LlamaFtype::q3_K_M, Q8_0, Q4_0, Q4_0, Q5_1, Q5_0, F16},
+      {LlamaFtype::q3_K_L, Q8_0, Q4_0, Q4_0, Q5_1, Q5_1, F16},
+      // IQ4_XS -> IQ4_NL; no imatrix: down of layer 0 (< 1/8? no) stays IQ4_XS -> IQ4_NL -> F16.
+      {LlamaFtype::iq4_xs, Q8_0, IQ4_NL, IQ4_NL, IQ4_NL, IQ4_NL, F16},
+      {LlamaFtype::q4_K_S, Q8_0, Q5_0, Q5_0, Q5_1, Q5_0, F16},
+      {LlamaFtype::q5_K_M, Q8_0, Q5_1, Q5_1, Q8_0, Q5_1, F16},
+      {LlamaFtype::q6_K, Q8_0, Q8_0, Q8_0, Q8_0, Q8_0, F16},
+      {LlamaFtype::bf16, BF16, BF16, BF16, BF16, BF16, BF16},
+  };
+  for (const Want& w : want) {
+    SCOPED_TRACE(nibble::llama_ftype_name(w.ft));
+    const auto plan = nibble::plan_llama_quant(f, w.ft);
+    std::map<std::string, std::pair<std::uint32_t, bool>> got;
+    for (const auto& t : plan) got[t.name] = {t.out_type, t.fallback};
+    EXPECT_EQ(got.at("output.weight").first, w.out);
+    EXPECT_EQ(got.at("token_embd.weight").first, w.embd);
+    EXPECT_EQ(got.at("blk.0.attn_q.weight").first, w.q);
+    EXPECT_EQ(got.at("blk.0.attn_v.weight").first, w.v);
+    EXPECT_EQ(got.at("blk.0.attn_output.weight").first, w.o);
+    EXPECT_EQ(got.at("blk.0.ffn_down.weight").first, w.down);
+    EXPECT_EQ(got.at("blk.0.attn_q.weight").second, w.ft != LlamaFtype::bf16);
+  }
+  // 32-value types on 840 columns (and Q8_0, the output's fallback): no fallback defined.
+  for (LlamaFtype ft : {LlamaFtype::q4_0, LlamaFtype::q4_1, LlamaFtype::q5_0, LlamaFtype::q5_1,
+                        LlamaFtype::q8_0, LlamaFtype::iq4_nl}) {
+    EXPECT_THROW((void)nibble::plan_llama_quant(f, ft), nibble::Error)
+        << nibble::llama_ftype_name(ft);
+  }
 }
 
 // ---- 2. end to end ----
@@ -434,7 +749,7 @@ void check_quantized(const Model& m, const std::string& out_path, LlamaFtype ft,
     keep = g::write_memory(m.meta, m.tensors);
     return g::File::parse(keep.data(), keep.size());
   }();
-  const auto plan = nibble::plan_llama_quant(in_file, ft);
+  const auto plan = nibble::plan_llama_quant(in_file, ft, im != nullptr);
   const g::File out = g::File::open(out_path);
   // Metadata: the input's keys in order without general.file_type, then
   // general.quantization_version = 2 and general.file_type = ftype (llama's gguf_set_val_u32
@@ -511,8 +826,7 @@ TEST(LlamaQuantEndToEnd, EveryFileTypeF32Input) {
   const Model m = make_model(sp, 7);
   const std::string in = tmp_path("in.gguf"), out = tmp_path("out.gguf");
   g::write_file(in, m.meta, m.tensors);
-  for (LlamaFtype ft : {LlamaFtype::q8_0, LlamaFtype::q4_K_S, LlamaFtype::q4_K_M,
-                        LlamaFtype::q5_K_S, LlamaFtype::q5_K_M, LlamaFtype::q6_K}) {
+  for (LlamaFtype ft : nibble::kAllLlamaFtypes) {
     SCOPED_TRACE(nibble::llama_ftype_name(ft));
     int calls = 0;
     nibble::QuantizeOptions opt;
@@ -524,8 +838,9 @@ TEST(LlamaQuantEndToEnd, EveryFileTypeF32Input) {
     EXPECT_EQ(calls, 3 + 9 * 3);
     EXPECT_EQ(s.quantized + s.copied, calls);
     EXPECT_EQ(s.copied, 1 + 2 * 3);  // norms
-    EXPECT_GT(s.bits_per_weight(), 4.0);
-    EXPECT_LT(s.bits_per_weight(), 9.0);
+    // The norms stay f32; the weights are mostly 2.6 (Q2_K) .. 16 (BF16) bits.
+    EXPECT_GT(s.bits_per_weight(), 2.6);
+    EXPECT_LT(s.bits_per_weight(), ft == LlamaFtype::bf16 ? 17.0 : 9.0);
     check_quantized(m, out, ft);
   }
   std::remove(in.c_str());
@@ -549,6 +864,50 @@ TEST(LlamaQuantEndToEnd, F16InputAndTiedEmbeddings) {
   std::remove(out.c_str());
 }
 
+TEST(LlamaQuantEndToEnd, FallbackShapes) {
+  // Rows of 320 (token_embd, attention, ffn_gate/up, output) and 840 values (ffn_down): the
+  // 256-value types fall back (Q4_0, IQ4_NL, Q5_0, Q5_1, Q8_0, F16), the bytes are those of the
+  // fallback type's own quantizer, with and without an importance matrix.
+  ModelSpec sp;
+  sp.n_layer = 1;
+  sp.n_embd = 320;
+  sp.n_ff = 840;
+  sp.n_kv = 80;
+  const Model m = make_model(sp, 13);
+  const std::string in = tmp_path("infb.gguf"), out = tmp_path("outfb.gguf");
+  g::write_file(in, m.meta, m.tensors);
+  nibble::Imatrix im;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> ud(0.1f, 4.0f);
+  for (const auto& t : m.tensors) {
+    if (t.shape.size() != 2 || t.name == "token_embd.weight") continue;
+    std::vector<float> v(static_cast<std::size_t>(t.shape[0]));
+    for (auto& x : v) x = ud(rng);
+    im.entries[t.name] = v;
+  }
+  const std::pair<LlamaFtype, bool> cases[] = {
+      {LlamaFtype::q2_K, false},  {LlamaFtype::q2_K, true},    {LlamaFtype::q3_K_L, false},
+      {LlamaFtype::q4_K_M, true}, {LlamaFtype::q5_K_S, false}, {LlamaFtype::q6_K, false},
+      {LlamaFtype::iq4_xs, true}};
+  for (const auto& c : cases) {
+    const LlamaFtype ft = c.first;
+    const nibble::Imatrix* imp = c.second ? &im : nullptr;
+    SCOPED_TRACE(std::string(nibble::llama_ftype_name(ft)) + (imp ? " imatrix" : ""));
+    nibble::QuantizeOptions opt;
+    opt.imatrix = imp;
+    const auto s = nibble::quantize_model(in, out, ft, opt);
+    EXPECT_EQ(s.fallbacks, 1 + 7);  // all but output.weight (Q8_0 by the output rule)
+    check_quantized(m, out, ft, imp);
+    const g::File o = g::File::open(out);
+    EXPECT_EQ(o.find_tensor("blk.0.ffn_down.weight")->type, F16);
+  }
+  // A 32-value type on the 840-value rows: rejected before anything is written.
+  std::remove(out.c_str());
+  EXPECT_THROW(nibble::quantize_model(in, out, LlamaFtype::q4_0), nibble::Error);
+  EXPECT_EQ(std::fopen(out.c_str(), "rb"), nullptr);
+  std::remove(in.c_str());
+}
+
 TEST(LlamaQuantEndToEnd, ImatrixIsUsedPerTensor) {
   ModelSpec sp;
   sp.n_layer = 2;
@@ -570,7 +929,9 @@ TEST(LlamaQuantEndToEnd, ImatrixIsUsedPerTensor) {
   nibble::write_legacy_imatrix(imf, w);
   const nibble::Imatrix im = nibble::read_imatrix(imf);
   ASSERT_EQ(im.entries.size(), w.entries.size());
-  for (LlamaFtype ft : {LlamaFtype::q4_K_M, LlamaFtype::q6_K, LlamaFtype::q5_K_S}) {
+  for (LlamaFtype ft :
+       {LlamaFtype::q4_K_M, LlamaFtype::q6_K, LlamaFtype::q5_K_S, LlamaFtype::q2_K,
+        LlamaFtype::q3_K_M, LlamaFtype::q4_0, LlamaFtype::iq4_xs, LlamaFtype::bf16}) {
     SCOPED_TRACE(nibble::llama_ftype_name(ft));
     nibble::QuantizeOptions opt;
     opt.imatrix = &im;
@@ -649,44 +1010,53 @@ TEST(LlamaQuantEndToEnd, GptqLowersTheLayerOutputError) {
     ct.push_back(t);
   }
   g::write_file(cal, {{"general.type", g::Value::string("nibble-calibration")}}, ct);
-  nibble::quantize_model(in, out_rtn, LlamaFtype::q4_K_M);
-  nibble::QuantizeOptions opt;
-  opt.method = nibble::QuantMethod::gptq;
-  opt.calib_path = cal;
-  const auto s = nibble::quantize_model(in, out_gptq, LlamaFtype::q4_K_M, opt);
-  EXPECT_EQ(s.calibrated, 2);
-  const g::File fr = g::File::open(out_rtn), fg = g::File::open(out_gptq);
-  for (const auto& n : names) {
-    const g::TensorInfo* tr = fr.find_tensor(n);
-    const g::TensorInfo* tg = fg.find_tensor(n);
-    ASSERT_TRUE(tr && tg);
-    ASSERT_EQ(tr->type, Q4_K);
-    ASSERT_EQ(tg->type, Q4_K);
-    const std::int64_t rows = tr->rows();
-    std::vector<float> qr(static_cast<std::size_t>(rows * cols)), qg(qr.size());
-    nibble::dequantize(nibble::Format::q4_K, tr->data, rows, cols, qr.data());
-    nibble::dequantize(nibble::Format::q4_K, tg->data, rows, cols, qg.data());
-    const std::vector<float>& w = m.f32.at(n);
-    auto out_err = [&](const std::vector<float>& q) {
-      double e = 0;
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t t = 0; t < tokens; ++t) {
-          double acc = 0;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            const std::size_t i = static_cast<std::size_t>(r * cols + c);
-            acc += (static_cast<double>(w[i]) - q[i]) * X[static_cast<std::size_t>(t * cols + c)];
+  // The mixes whose attn_q and ffn_up take each K-quant that GPTQ handles below Q5_K.
+  const std::pair<LlamaFtype, std::uint32_t> mixes[] = {{LlamaFtype::q4_K_M, Q4_K},
+                                                        {LlamaFtype::q2_K, Q2_K},
+                                                        {LlamaFtype::q3_K_S, Q3_K},
+                                                        {LlamaFtype::q3_K_M, Q3_K},
+                                                        {LlamaFtype::q3_K_L, Q3_K}};
+  for (const auto& mix : mixes) {
+    SCOPED_TRACE(nibble::llama_ftype_name(mix.first));
+    nibble::quantize_model(in, out_rtn, mix.first);
+    nibble::QuantizeOptions opt;
+    opt.method = nibble::QuantMethod::gptq;
+    opt.calib_path = cal;
+    const auto s = nibble::quantize_model(in, out_gptq, mix.first, opt);
+    EXPECT_EQ(s.calibrated, 2);
+    const g::File fr = g::File::open(out_rtn), fg = g::File::open(out_gptq);
+    for (const auto& n : names) {
+      const g::TensorInfo* tr = fr.find_tensor(n);
+      const g::TensorInfo* tg = fg.find_tensor(n);
+      ASSERT_TRUE(tr && tg);
+      ASSERT_EQ(tr->type, mix.second);
+      ASSERT_EQ(tg->type, mix.second);
+      const std::int64_t rows = tr->rows();
+      std::vector<float> qr(static_cast<std::size_t>(rows * cols)), qg(qr.size());
+      nibble::dequantize(fmt(mix.second), tr->data, rows, cols, qr.data());
+      nibble::dequantize(fmt(mix.second), tg->data, rows, cols, qg.data());
+      const std::vector<float>& w = m.f32.at(n);
+      auto out_err = [&](const std::vector<float>& q) {
+        double e = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (std::int64_t t = 0; t < tokens; ++t) {
+            double acc = 0;
+            for (std::int64_t c = 0; c < cols; ++c) {
+              const std::size_t i = static_cast<std::size_t>(r * cols + c);
+              acc += (static_cast<double>(w[i]) - q[i]) * X[static_cast<std::size_t>(t * cols + c)];
+            }
+            e += acc * acc;
           }
-          e += acc * acc;
         }
-      }
-      return e;
-    };
-    const double er = out_err(qr), eg = out_err(qg);
-    EXPECT_LT(eg, 0.9 * er) << n << ": GPTQ " << eg << " vs RTN " << er;
-    // The other tensors are untouched by GPTQ.
-    EXPECT_EQ(0, std::memcmp(fr.find_tensor("blk.0.attn_k.weight")->data,
-                             fg.find_tensor("blk.0.attn_k.weight")->data,
-                             fr.find_tensor("blk.0.attn_k.weight")->nbytes));
+        return e;
+      };
+      const double er = out_err(qr), eg = out_err(qg);
+      EXPECT_LT(eg, 0.9 * er) << n << ": GPTQ " << eg << " vs RTN " << er;
+      // The other tensors are untouched by GPTQ.
+      EXPECT_EQ(0, std::memcmp(fr.find_tensor("blk.0.attn_k.weight")->data,
+                               fg.find_tensor("blk.0.attn_k.weight")->data,
+                               fr.find_tensor("blk.0.attn_k.weight")->nbytes));
+    }
   }
   for (const auto& p : {in, out_rtn, out_gptq, cal}) std::remove(p.c_str());
 }

@@ -245,7 +245,7 @@ TEST(LlmForward, BlockByBlockIsTheSameNetwork) {
   bad.ffn_down.cols = p.n_embd;
   EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
   bad = m.block_weights(1);
-  bad.attn_q.format = nibble::Format::q2_K;
+  bad.attn_q.format = nibble::Format::nf4;  // not a GGUF weight format
   EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
   bad = m.block_weights(1);
   bad.attn_k.data = nullptr;

@@ -111,3 +111,5 @@ void dequantize(const Quantized& q, float* out);
 }  // namespace nf4
 
 }  // namespace nibble
+
+#include "nibble/packed.hpp"  // packed (row-interleaved) weights: pack, unpack, gemv, gemm

@@ -245,6 +245,12 @@ struct ScaledDot {
   }
 };
 
+/// NEON applies the int32 scale of each dot with one mla (ScaledDot): no packed form.
+template <class Tag>
+struct ScaledDot2 {
+  static constexpr bool kPacked = false;
+};
+
 template <class Tag>
 struct Book16 {
   uint8x16x4_t t;

@@ -480,6 +480,33 @@ struct ScaledDot {
   }
 };
 
+/// Two int8 dots with per-lane scales in one step: acc + sum over int32 lanes of
+/// scale * (sum of the 4 products of the lane), for a "lo" dot (u_lo x s_lo) and a "hi" dot
+/// (u_hi x s_hi). With VNNI (kPacked): the two dots are narrowed to int16 and interleaved per
+/// 16-byte lane (int16 0-3: the lo dot's 4 int32 lanes, 4-7: the hi dot's), then one vpdpwssd
+/// applies `pat`, whose bytes are (scale, 0) per int16. |dot| must fit int16 (u <= 31 with
+/// |s| <= 128 does). Without VNNI, ScaledDot's two patterns are used instead.
+template <class Tag>
+struct ScaledDot2 {
+  static constexpr bool kPacked = Tag::vnni;
+  static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& ulo, const VI8<Tag>& slo,
+                       const VU8<Tag>& uhi, const VI8<Tag>& shi, const VI8<Tag>& pat) {
+    const VI32<Tag> z(0);
+    const VI32<Tag> dl = dot_u8s8<Tag>(z, ulo, slo), dh = dot_u8s8<Tag>(z, uhi, shi);
+    if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512VNNI__)
+      return VI32<Tag>(_mm512_dpwssd_epi32(acc, _mm512_packs_epi32(dl, dh), pat));
+#endif
+    } else {
+#if defined(__AVXVNNI__)
+      return VI32<Tag>(_mm256_dpwssd_avx_epi32(acc, _mm256_packs_epi32(dl, dh), pat));
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      return VI32<Tag>(_mm256_dpwssd_epi32(acc, _mm256_packs_epi32(dl, dh), pat));
+#endif
+    }
+  }
+};
+
 /// 16 bytes from each of the Tag::bytes / 16 pointers, one per 16-byte lane (lane i from p[i]).
 template <class Tag>
 inline VU8<Tag> load_lanes(const void* const* p) {

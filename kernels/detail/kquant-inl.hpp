@@ -23,6 +23,7 @@
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/table.hpp"
 #include "nibble/kernels/detail/q45-inl.hpp"
+#include "nibble/kernels/detail/q45-packed-inl.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -786,6 +787,14 @@ void register_q45(FormatKernels& k) {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
   k.dequant = HighBit ? &dequant_q5_K : &dequant_q4_K;
   k.gemm = &gemm_by_dot<Block, &dot_q45_scalar<Block, HighBit>>;
+#if defined(__AVX2__) || defined(__aarch64__)
+  if constexpr (Tag::bytes >= 16) {
+    using PK = PackedQ45<Tag, HighBit>;
+    k.gemm_packed = &PK::gemm;
+    k.packed_act_bytes = &PK::act_bytes;
+    k.packed_act_relayout = &PK::relayout;
+  }
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (Tag::bytes == 32) {
     using K = Q45Simd<Tag, HighBit>;

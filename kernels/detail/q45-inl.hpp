@@ -131,6 +131,7 @@ struct Q45Simd {
   /// scale bytes of a block header (bytes 4..15 of each 16-byte lane) into sc[0..7], m[0..7].
   struct Patterns {
     alignas(64) std::uint8_t idx[kNV][2][kW];
+    alignas(64) std::uint8_t idx2[kNV][kW];  ///< ScaledDot2::kPacked: (scale, 0) per int16
     alignas(64) std::uint8_t mins[kW];
     alignas(64) std::uint8_t hbmask[kNV][2][kW];
     alignas(64) std::uint8_t hdr_x[kW], hdr_y[kW];
@@ -145,6 +146,10 @@ struct Q45Simd {
             idx[v][h][b] = take ? static_cast<std::uint8_t>(sub) : 0x80;
             hbmask[v][h][b] = static_cast<std::uint8_t>(1u << (2 * ((v * kW + b) / 32) + h));
           }
+        }
+        for (int b = 0; b < kW; ++b) {  // int16 k of a 16-byte lane: lo dot (k < 4), hi dot
+          const int g = (v * kW + b / 16 * 16) / 32, k = (b % 16) / 2;
+          idx2[v][b] = b % 2 ? 0x80 : static_cast<std::uint8_t>(2 * g + (k >= 4));
         }
       }
       // dwords of x: u0, u2, u1, u2; of y: -, u0, -, u1 (u0 = header bytes 4..7, u1 = 8..11,
@@ -240,10 +245,16 @@ struct Q45Simd {
           const VI8<Tag> ahi = loadu<std::int8_t, Tag>(pb.a + 2 * v * kW + kW);
           VU8<Tag> lo, hi;
           levels<v>(x[r], lo, hi);
-          isum[r] = ScaledDot<Tag>::acc(
-              isum[r], lo, alo, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][0])));
-          isum[r] = ScaledDot<Tag>::acc(
-              isum[r], hi, ahi, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][1])));
+          if constexpr (ScaledDot2<Tag>::kPacked) {
+            isum[r] =
+                ScaledDot2<Tag>::acc(isum[r], lo, alo, hi, ahi,
+                                     lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx2[v])));
+          } else {
+            isum[r] = ScaledDot<Tag>::acc(
+                isum[r], lo, alo, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][0])));
+            isum[r] = ScaledDot<Tag>::acc(
+                isum[r], hi, ahi, lookup16<Tag>(scb[r], loadu<std::uint8_t, Tag>(pt.idx[v][1])));
+          }
         });
       }
       for (int r = 0; r < R; ++r)
@@ -319,8 +330,15 @@ struct Q45Rows {
     for (int i = 0; i < kL; ++i)
       r[i] = loadu<std::int32_t, Tag>(reinterpret_cast<const Block*>(rows[i]) + b);
     transpose_i32<Tag>(r);
-    const VU32<Tag> h = as<std::uint32_t>(r[0]), u0 = as<std::uint32_t>(r[1]);
-    const VU32<Tag> u1 = as<std::uint32_t>(r[2]), u2 = as<std::uint32_t>(r[3]);
+    scales_from<Tag>(as<std::uint32_t>(r[0]), as<std::uint32_t>(r[1]), as<std::uint32_t>(r[2]),
+                     as<std::uint32_t>(r[3]), fs, fm);
+  }
+
+  /// The float scales and mins from the first 4 dwords of a block (one row per lane): d | dmin,
+  /// then the 12 packed scale bytes.
+  template <class Tag>
+  static void scales_from(const VU32<Tag>& h, const VU32<Tag>& u0, const VU32<Tag>& u1,
+                          const VU32<Tag>& u2, VF<Tag>* fs, VF<Tag>* fm) {
     const VU32<Tag> k3f(0x3F3F3F3Fu), k0f(0x0F0F0F0Fu), k30(0x30303030u), kff(0xFFu);
     const VU32<Tag> sc[2] = {u0 & k3f, (u2 & k0f) | ((u0 >> 2) & k30)};
     const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & k0f) | ((u1 >> 2) & k30)};
@@ -330,6 +348,29 @@ struct Q45Rows {
       fm[s] = ndmin * xsimd::to_float(as<std::int32_t>((mn[s / 4] >> (8 * (s % 4))) & kff));
     }
   }
+
+  /// Tile of block b read from the packed layout (nibble/packed.hpp): `gb` is the group's block
+  /// b, `h` the sub-tile (rows h * L ..). Same output as repack().
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
+    auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
+    const VU32<Tag> m4(0x0F0F0F0Fu), m1(0x01010101u);
+    constexpr int kQs = HighBit ? 12 : 4;
+    for (int k = 0; k < 32; ++k) {
+      const int g = k / 8, l = 4 * (k % 8);  // qs bytes 4k..: values l.. of sub-blocks 2g, 2g+1
+      const VU32<Tag> q = unit(kQs + k);
+      VU32<Tag> lo = q & m4, hi = (q >> 4) & m4;
+      if constexpr (HighBit) {
+        const VU32<Tag> qh = unit(4 + k % 8);
+        lo = lo | (((qh >> (2 * g)) & m1) << 4);
+        hi = hi | (((qh >> (2 * g + 1)) & m1) << 4);
+      }
+      lv[16 * g + l / 4] = as<std::uint8_t>(lo);
+      lv[16 * g + 8 + l / 4] = as<std::uint8_t>(hi);
+    }
+    scales_from<Tag>(unit(0), unit(1), unit(2), unit(3), fs, fm);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(Block);
 
   static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
                   float* da, float* e) {

@@ -144,39 +144,74 @@ struct RowsGemm {
     if constexpr (C > 1) cols_dispatch<C - 1>(cc, tile, nb, q, x, y, ldy, nr);
   }
 
+  /// The activation rows of one call, interleaved per pass of kC columns (the last pass padded
+  /// with its first column) as cols() reads them.
+  struct Acts {
+    std::int64_t nb, passes;
+    AlignedBuf cbuf, qbuf;
+    Acts(const std::uint8_t* a, std::size_t arb, std::int64_t n, std::int64_t cols_)
+        : nb(Pol::blocks(cols_)),
+          passes((n + kC - 1) / kC),
+          cbuf(static_cast<std::size_t>(passes * kC * nb) * sizeof(ColBlk)),
+          qbuf(static_cast<std::size_t>(passes * kC * nb) * Pol::kValues) {
+      for (std::int64_t p = 0; p < passes; ++p) {
+        for (int c = 0; c < kC; ++c) {
+          const std::int64_t j = p * kC + c < n ? p * kC + c : p * kC;
+          const std::uint8_t* arow = a + static_cast<std::size_t>(j) * arb;
+          for (std::int64_t b = 0; b < nb; ++b) {
+            const std::int64_t k = (p * nb + b) * kC + c;
+            Pol::act(arow, cols_, b, q() + k * Pol::kValues, cb()[k].da, cb()[k].e);
+          }
+        }
+      }
+    }
+    ColBlk* cb() const { return static_cast<ColBlk*>(cbuf.p); }
+    std::int8_t* q() const { return static_cast<std::int8_t*>(qbuf.p); }
+    /// Every pass against the nb blocks of `tile` (nr valid rows) into Y + r.
+    void run(const Tile* tile, std::int64_t n, float* Y, std::int64_t ldy, std::int64_t r,
+             int nr) const {
+      for (std::int64_t p = 0; p < passes; ++p) {
+        const int cc = static_cast<int>(n - p * kC < kC ? n - p * kC : kC);
+        cols_dispatch<kC>(cc, tile, nb, q() + p * nb * kC * Pol::kValues, cb() + p * nb * kC,
+                          Y + p * kC * ldy + r, ldy, nr);
+      }
+    }
+  };
+
   /// FormatKernels::gemm for n > 1 (the activation rows are in the format's relayout layout).
   static void gemm(const void* Wv, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                    std::int64_t cols_, const void* Av, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
-    const std::int64_t nb = Pol::blocks(cols_);
-    const std::int64_t passes = (n + kC - 1) / kC;
     const auto* w = static_cast<const std::uint8_t*>(Wv);
-    const auto* a = static_cast<const std::uint8_t*>(Av);
-    AlignedBuf tbuf(static_cast<std::size_t>(nb) * sizeof(Tile));
-    AlignedBuf cbuf(static_cast<std::size_t>(passes * kC * nb) * sizeof(ColBlk));
-    AlignedBuf qbuf(static_cast<std::size_t>(passes * kC * nb) * Pol::kValues);
+    const Acts acts(static_cast<const std::uint8_t*>(Av), arb, n, cols_);
+    AlignedBuf tbuf(static_cast<std::size_t>(acts.nb) * sizeof(Tile));
     Tile* tile = static_cast<Tile*>(tbuf.p);
-    auto* cb = static_cast<ColBlk*>(cbuf.p);
-    auto* q = static_cast<std::int8_t*>(qbuf.p);
-    // Activations, interleaved per pass of kC columns (the last pass padded with its first).
-    for (std::int64_t p = 0; p < passes; ++p) {
-      for (int c = 0; c < kC; ++c) {
-        const std::int64_t j = p * kC + c < n ? p * kC + c : p * kC;
-        const std::uint8_t* arow = a + static_cast<std::size_t>(j) * arb;
-        for (std::int64_t b = 0; b < nb; ++b) {
-          const std::int64_t k = (p * nb + b) * kC + c;
-          Pol::act(arow, cols_, b, q + k * Pol::kValues, cb[k].da, cb[k].e);
-        }
-      }
-    }
     for (std::int64_t r = r0; r < r1; r += kL) {
       const int nr = static_cast<int>(r1 - r < kL ? r1 - r : kL);
-      for (std::int64_t b = 0; b < nb; ++b)
+      for (std::int64_t b = 0; b < acts.nb; ++b)
         repack(w + static_cast<std::size_t>(r) * wrb, wrb, nr, b, cols_, tile[b]);
-      for (std::int64_t p = 0; p < passes; ++p) {
-        const int cc = static_cast<int>(n - p * kC < kC ? n - p * kC : kC);
-        cols_dispatch<kC>(cc, tile, nb, q + p * nb * kC * Pol::kValues, cb + p * nb * kC,
-                          Y + p * kC * ldy + r, ldy, nr);
+      acts.run(tile, n, Y, ldy, r, nr);
+    }
+  }
+
+  /// FormatKernels::gemm_packed for n > 1: the 16-row groups [g0, g1) of packed weights
+  /// (nibble/packed.hpp), tiles read by Pol::repack_packed (no transpose).
+  static void gemm_packed(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
+                          std::int64_t cols_, const std::uint8_t* A, std::size_t arb,
+                          std::int64_t n, float* Y, std::int64_t ldy) {
+    constexpr int kGroup = 16;
+    static_assert(kGroup % kL == 0, "a group is a whole number of tiles");
+    const Acts acts(A, arb, n, cols_);
+    const std::size_t gblock = kGroup * Pol::kBlockBytes;
+    AlignedBuf tbuf(static_cast<std::size_t>(acts.nb) * sizeof(Tile));
+    Tile* tile = static_cast<Tile*>(tbuf.p);
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::uint8_t* G = P + static_cast<std::size_t>(g * acts.nb) * gblock;
+      for (int h = 0; h < kGroup / kL; ++h) {
+        for (std::int64_t b = 0; b < acts.nb; ++b)
+          Pol::template repack_packed<Tag>(G + static_cast<std::size_t>(b) * gblock, h, tile[b].lv,
+                                           tile[b].fs, tile[b].fm);
+        acts.run(tile, n, Y, ldy, g * kGroup + h * kL, kL);
       }
     }
   }

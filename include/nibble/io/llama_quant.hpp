@@ -1,13 +1,14 @@
 // nibble: llama-quantize-compatible model quantization (GGUF in, GGUF out).
 //
-// Behaviour follows llama.cpp's llama-quantize at c392e5094deaf2d1a7c18683214f007fad3fe42b for
-// the K-quant mixes and Q8_0: the same tensors are quantized (2-D+ "*weight" tensors except
-// norms and a few special ones), each tensor gets the type llama_tensor_get_type would give it
-// (Q4_K_S/M, Q5_K_S/M mixes, output.weight -> Q6_K, ...), tensors are written in llama's order
+// Behaviour follows llama.cpp's llama-quantize as of upstream master 0253fb2 (2026-05-16; read in
+// the kmbandy/llama.cpp fork at bf87261, which merged it; src/llama-quant.cpp): the same tensors
+// are quantized (2-D+ "*weight" tensors except norms and a few special ones), each tensor gets the
+// type llama_tensor_get_type would give it (the Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M mixes,
+// output.weight -> Q6_K, the row-length fallbacks, ...), tensors are written in llama's order
 // (by layer number, then by name), the input metadata is carried in order with
 // general.quantization_version and general.file_type re-appended at the end, tensor data is
 // padded to 32 bytes, and an importance matrix is used per tensor as llama-quantize uses it.
-// For the same f32/f16 input without imatrix the output file is meant to be byte-identical.
+// For the same f32/f16/bf16 input (and imatrix) the output file is meant to be byte-identical.
 #pragma once
 
 #include <cstdint>
@@ -21,24 +22,46 @@
 
 namespace nibble {
 
-/// llama.cpp file types (LLAMA_FTYPE_MOSTLY_*) that nibble can produce; values as in llama.h.
+/// llama.cpp file types (LLAMA_FTYPE_MOSTLY_*) that nibble can produce; values as in llama.h
+/// (they are what general.file_type records).
 enum class LlamaFtype : int {
+  q4_0 = 2,
+  q4_1 = 3,
   q8_0 = 7,
+  q5_0 = 8,
+  q5_1 = 9,
+  q2_K = 10,
+  q3_K_S = 11,
+  q3_K_M = 12,
+  q3_K_L = 13,
   q4_K_S = 14,
   q4_K_M = 15,
   q5_K_S = 16,
   q5_K_M = 17,
   q6_K = 18,
+  iq4_nl = 25,
+  iq4_xs = 30,
+  bf16 = 32,
 };
 
-/// Parses a llama-quantize type name, case-insensitive: Q8_0, Q4_K_S, Q4_K_M, Q4_K (= Q4_K_M),
-/// Q5_K_S, Q5_K_M, Q5_K (= Q5_K_M), Q6_K. Throws nibble::Error for anything else.
+/// Every LlamaFtype, in llama.h order.
+inline constexpr LlamaFtype kAllLlamaFtypes[] = {
+    LlamaFtype::q4_0,   LlamaFtype::q4_1,   LlamaFtype::q8_0,   LlamaFtype::q5_0,
+    LlamaFtype::q5_1,   LlamaFtype::q2_K,   LlamaFtype::q3_K_S, LlamaFtype::q3_K_M,
+    LlamaFtype::q3_K_L, LlamaFtype::q4_K_S, LlamaFtype::q4_K_M, LlamaFtype::q5_K_S,
+    LlamaFtype::q5_K_M, LlamaFtype::q6_K,   LlamaFtype::iq4_nl, LlamaFtype::iq4_xs,
+    LlamaFtype::bf16};
+
+/// Parses a llama-quantize type name, case-insensitive: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+/// Q3_K_S, Q3_K_M, Q3_K (= Q3_K_M), Q3_K_L, Q4_K_S, Q4_K_M, Q4_K (= Q4_K_M), Q5_K_S, Q5_K_M,
+/// Q5_K (= Q5_K_M), Q6_K, IQ4_NL, IQ4_XS, BF16. Throws nibble::Error for anything else.
 LlamaFtype parse_llama_ftype(const std::string& name);
 
 /// Canonical name of a file type ("Q4_K_M", ...).
 const char* llama_ftype_name(LlamaFtype f);
 
-/// ggml type id of the default (base) type of a file type (Q4_K for Q4_K_S/M, ...).
+/// ggml type id of the default (base) type of a file type (Q4_K for Q4_K_S/M, Q3_K for
+/// Q3_K_S/M/L, bf16 for BF16, ...).
 std::uint32_t llama_ftype_base_type(LlamaFtype f);
 
 /// Model facts the type rules depend on, read from the metadata.
@@ -46,11 +69,13 @@ struct LlamaModelInfo {
   std::string arch;         ///< general.architecture
   int n_layer = 0;          ///< ARCH.block_count
   int n_expert = 0;         ///< ARCH.expert_count (0 when absent)
-  int n_head = 0;           ///< ARCH.attention.head_count (0 when absent or an array)
-  int n_head_kv = 0;        ///< ARCH.attention.head_count_kv (n_head when absent)
-  bool is_70b = false;      ///< llama's LLM_TYPE_70B (80 layers, grouped-query attention)
+  int n_head = 0;           ///< ARCH.attention.head_count (of layer 0 if an array; 0 if absent)
+  int n_head_kv = 0;        ///< ARCH.attention.head_count_kv (layer 0; n_head when absent)
+  bool is_70b = false;      ///< llama's LLM_TYPE_70B (llama: 80 layers with GQA; qwen2, ...)
   bool has_output = false;  ///< an output.weight tensor exists (else embeddings are tied)
   int n_attention_wv = 0;   ///< number of attn_v / attn_qkv / attn_kv_b weights
+  /// llama's hparams.n_gqa(): n_head / n_head_kv (integer division; 0 when n_head_kv is 0).
+  int n_gqa() const { return n_head_kv > 0 ? n_head / n_head_kv : 0; }
 };
 
 /// Reads the LlamaModelInfo of a parsed GGUF (Error if general.architecture or block_count is
@@ -68,16 +93,21 @@ struct TensorPlan {
 };
 
 /// The tensors of `in` in llama-quantize's output order with their output types for `ftype`.
-/// `has_imatrix` is part of llama's rules (it changes no choice for the supported types).
-/// Throws nibble::Error when llama-quantize would fail (e.g. unexpected attn_v count).
+/// `has_imatrix` is part of llama's rules: with an imatrix the first eighth of the ffn_down
+/// weights of Q4_0/Q5_0 become Q4_1/Q5_1, and IQ4_NL/IQ4_XS keep them at the base type instead
+/// of Q5_K. Rows whose length is not a multiple of the chosen type's block fall back as in
+/// llama-quantize (Q2_K/Q3_K -> Q4_0, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1,
+/// Q6_K -> Q8_0; F16 when the fallback's 32-value block does not fit either). Throws
+/// nibble::Error when llama-quantize would fail (a 32-value type such as Q8_0, Q4_0 or IQ4_NL on
+/// rows that are not a multiple of 32: llama-quantize defines no fallback for them).
 std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
                                          bool has_imatrix = false);
 
 /// Quantization algorithm.
-/// - rtn: llama's round-to-nearest K-quant/Q8_0 quantizers (with the imatrix when given).
-/// - gptq: tensors whose output type is q4_K/q5_K/q6_K and that have calibration data are
-///   quantized with nibble::gptq::quantize_blocks (default gptq::Config, imatrix not used for
-///   them); all other tensors as rtn.
+/// - rtn: llama's round-to-nearest quantizers (ggml_quantize_chunk; with the imatrix when given).
+/// - gptq: tensors whose output type is q2_K, q3_K, q4_K, q5_K or q6_K and that have calibration
+///   data are quantized with nibble::gptq::quantize_blocks (default gptq::Config, imatrix not
+///   used for them); all other tensors as rtn.
 /// - awq (Q4_K_S/M and Q5_K_S/M file types, dense llama-architecture models): AWQ's scale search
 ///   per scaling group of every block (ALGORITHMS.md 3.3-3.4): attn_norm -> attn_q,k,v;
 ///   ffn_norm -> ffn_gate,up; attn_v -> attn_output (only without grouped-query attention, as the
@@ -159,8 +189,9 @@ struct QuantizeSummary {
 };
 
 /// The bytes quantize_model writes for a tensor converted by rounding: `values` (mats x rows x
-/// cols f32, row-major) as ggml type `out_type` (f32, f16, q8_0, q4_K, q5_K, q6_K: llama's
-/// reference quantizers, byte-identical to llama-quantize), with optional importance weights
+/// cols f32, row-major) as ggml type `out_type` (f32, f16 or any type a plan can give: bf16,
+/// q4_0, q4_1, q5_0, q5_1, q8_0, q2_K ... q6_K, iq4_nl, iq4_xs; llama's reference quantizers,
+/// byte-identical to llama-quantize), with optional importance weights
 /// (mats x cols, as from an imatrix). Throws nibble::Error for other types, a shape that the
 /// type cannot hold (cols not a multiple of its block), or non-finite values.
 std::vector<std::uint8_t> quantize_tensor(const Context& ctx, std::uint32_t out_type,

@@ -11,8 +11,10 @@
 //      attn_q/k/v share one, attn_output, ffn_gate/up share one, ffn_down) and, for AWQ, the mean
 //      |x| per channel and an evenly spaced sample of tokens for the clip search;
 //   2. quantization of the block's weights to the types llama-quantize chooses for the file type:
-//      gptq: every Q4_K / Q5_K / Q6_K weight (and Q8_0 / Q5_0 / Q4_0 ones: file type Q8_0,
-//      fallbacks) by GPTQ error feedback on its grid (gptq::quantize_blocks) with its Hessian; awq
+//      gptq: every Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weight (and Q8_0 / Q5_0 / Q4_0 ones: file
+//      types Q8_0 / Q5_0 / Q4_0, fallbacks) by GPTQ error feedback on its grid
+//      (gptq::quantize_blocks) with its Hessian; weights of types without a GPTQ grid (q4_1,
+//      q5_1, iq4_nl, iq4_xs, bf16) are rounded as llama-quantize writes them; awq
 //      (Q4_K_* / Q5_K_* file types): the scale search of every scaling group on the unscaled
 //      weights (attn_norm -> q,k,v; attn_v -> attn_output without grouped-query attention; ffn_norm
 //      -> gate,up; ffn_up -> ffn_down; awq::search_scales_blocks with the file type's base
@@ -70,15 +72,15 @@ struct SequentialOptions {
   std::function<void(std::int64_t layer, const std::string& weight, const Hessian& h)> on_hessian;
 };
 
-/// Quantizes the llama / qwen2 GGUF model at `in_path` (f32 or f16 weights) into `out_path` as
-/// file type `ftype` with sequential GPTQ or AWQ calibration on `tokens` (see the file comment),
+/// Quantizes the llama / qwen2 GGUF model at `in_path` (f32, f16 or bf16 weights) into `out_path`
+/// as file type `ftype` with sequential GPTQ or AWQ calibration on `tokens` (see the file comment),
 /// `tensor_progress` being called after every tensor written. Everything is checked before
 /// anything is computed or written: throws nibble::Error, leaving no output, for an
 /// unsupported architecture or weight type, fewer tokens than one chunk of n_ctx, n_ctx < 16, a
 /// token outside the vocabulary, a method other than gptq / awq, awq with a file type whose
 /// base type is not Q4_K or Q5_K or a model whose n_embd and n_ff are not multiples of 256, or
-/// gptq with a file type that gives the blocks no weight it
-/// can calibrate (Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0).
+/// gptq with a file type that gives the blocks no weight it can calibrate (Q2_K / Q3_K / Q4_K /
+/// Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0; e.g. Q4_1, Q5_1, IQ4_NL or BF16 on most models).
 QuantizeSummary quantize_sequential(const std::string& in_path, const std::string& out_path,
                                     LlamaFtype ftype, const std::vector<std::int32_t>& tokens,
                                     const SequentialOptions& options,

@@ -1,10 +1,10 @@
 // nibble: a reference forward pass for llama-family GGUF models (architectures `llama` and
 // `qwen2`), used by `nibble perplexity` and `nibble imatrix`.
 //
-// The model is read from a memory-mapped GGUF file: the weight matrices are used in place (any
-// format nibble has a GEMM for: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K) through
-// nibble::gemm; only the small 1-D tensors (norms, biases, rope frequency factors) are copied to
-// fp32. One call of
+// The model is read from a memory-mapped GGUF file: the weight matrices are used in place (the
+// formats nibble quantize writes: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K,
+// q5_K, q6_K, iq4_nl, iq4_xs) through nibble::gemm; only the small 1-D tensors (norms, biases,
+// rope frequency factors) are copied to fp32. One call of
 // forward() processes a whole chunk of tokens at positions 0..n-1 with causal attention, fp32
 // activations, and returns the logits, following llama.cpp's graph for these architectures:
 // RMSNorm (eps from the metadata), grouped-query attention with rotary embeddings (llama: the
@@ -126,8 +126,9 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
-/// nibble format of ggml type id `type` for a weight matrix (f32, f16, q8_0, q4_0, q4_1, q5_0,
-/// q5_1, q4_K, q5_K, q6_K); throws naming `tensor` for any other type.
+/// nibble format of ggml type id `type` for a weight matrix (f32, f16, bf16, q8_0, q4_0, q4_1,
+/// q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs: every type nibble quantize writes);
+/// throws naming `tensor` for any other type.
 Format weight_format(std::uint32_t type, const std::string& tensor);
 
 }  // namespace nibble::llm

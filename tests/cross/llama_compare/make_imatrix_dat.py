@@ -1,7 +1,9 @@
 # Writes a legacy imatrix.dat (llama-imatrix's old binary form) for make_model.py's tensors.
-# usage: make_imatrix_dat.py OUT.dat N_LAYER
+# usage: make_imatrix_dat.py OUT.dat N_LAYER [N_EMBD [N_FF]]
 import sys, struct, numpy as np
-n_layer = int(sys.argv[2]); n_embd, n_ff = 256, 768
+n_layer = int(sys.argv[2])
+n_embd = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+n_ff = int(sys.argv[4]) if len(sys.argv) > 4 else 768
 rng = np.random.default_rng(9)
 ents = []
 for i in range(n_layer):

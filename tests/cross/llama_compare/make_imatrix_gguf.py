@@ -1,7 +1,9 @@
 # Writes a GGUF imatrix (in_sum2 / counts tensors) for make_model.py's tensors with gguf-py.
-# usage: make_imatrix_gguf.py OUT.gguf N_LAYER
+# usage: make_imatrix_gguf.py OUT.gguf N_LAYER [N_EMBD [N_FF]]
 import sys, numpy as np, gguf
-n_layer = int(sys.argv[2]); n_embd, n_ff = 256, 768
+n_layer = int(sys.argv[2])
+n_embd = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+n_ff = int(sys.argv[4]) if len(sys.argv) > 4 else 768
 rng = np.random.default_rng(11)
 w = gguf.GGUFWriter(sys.argv[1], "")
 w.add_type("imatrix")

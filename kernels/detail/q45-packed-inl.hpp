@@ -1,0 +1,202 @@
+// nibble: Q4_K / Q5_K on packed (row-interleaved) weights (nibble/packed.hpp), written once for
+// every SIMD tag over xsimd batches and the helpers of intrin-*.hpp.
+//
+// A packed group block holds block b of 16 rows with every 4-byte unit u of the block stored as
+// 64 bytes: unit u of rows 0..15. So a register of Tag::bytes loaded at unit u holds that unit
+// of L = Tag::bytes / 4 rows, one row per int32 lane ("sub-tile" h of the group: rows h * L ..),
+// and nothing has to be transposed:
+//   units 0..3      d | dmin, then the 12 packed scale bytes (3 units)
+//   units 4..11     Q5_K only: qh (32 bytes)
+//   the next 32     qs: unit k holds qs bytes 4k..4k+3: the low nibbles are values 4 (k % 8) ..
+//                   of sub-block 2 (k / 8), the high nibbles the same values of sub-block
+//                   2 (k / 8) + 1
+// GEMV (one activation row, Q8_K): per sub-block pair and lane, two int8 dots against the
+// broadcast activation dwords (the activations need no re-ordering), each sub-block sum times its
+// 6-bit scale in int32 (one multiply per sub-block and L rows), one float step per block for d
+// and one for dmin. The mins term sum_j m[j] * (activation sum of sub-block j) is two more int8
+// dots per block: the activation sums are split into bytes l + 128 h (act_relayout), the mins
+// are bytes already. Integer sums are exact; only the two float steps per block and row depend
+// on the ISA (the documented tolerance).
+// GEMM (n > 1): the rows engine (rows-inl.hpp) with tiles read straight from the packed bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_k.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/q45-inl.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+/// Packed-layout constants shared by the packed bodies.
+struct PackedGroup {
+  static constexpr int kRows = 16;     ///< rows per group
+  static constexpr int kUnitRow = 64;  ///< bytes of one unit of the 16 rows
+};
+
+template <class Tag, bool HighBit>
+struct PackedQ45 {
+  using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kL = Tag::bytes / 4;           ///< rows per register
+  static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
+  static constexpr int kQs = HighBit ? 12 : 4;        ///< first qs unit
+  static constexpr std::size_t kGroupBlock = PackedGroup::kRows * sizeof(Block);
+  /// The high nibbles used as 16 * q (one AND instead of a shift and an AND), undone by a shift
+  /// of the exact int32 sums: only with VNNI (without it the int16 pair sums would saturate)
+  /// and without a fifth bit.
+  static constexpr bool kHiTrick = Tag::vnni && !HighBit;
+
+  /// Per activation block: its sub-block sums (bsums[2j] + bsums[2j+1], j = 0..7) split as
+  /// l + 128 h with l in [-64, 63] (bytes of ml) and h in [-32, 32] (bytes of mh).
+  struct Prep {
+    std::int8_t ml[8], mh[8];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 256; ++b) {
+      for (int j = 0; j < 8; ++j) {
+        const int s = in[b].bsums[2 * j] + in[b].bsums[2 * j + 1];
+        const int l = ((s + 64) & 127) - 64;
+        p[b].ml[j] = static_cast<std::int8_t>(l);
+        p[b].mh[j] = static_cast<std::int8_t>((s - l) / 128);
+      }
+    }
+  }
+
+  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
+    return loadu<std::uint32_t, Tag>(gb + u * PackedGroup::kUnitRow + h * Tag::bytes);
+  }
+
+  /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over kDepth units (pmaddubsw /
+  /// smull: 2 * 15 * 127 * 8 and 2 * 31 * 127 * 4 stay below 2^15).
+  static constexpr bool kInt32 = Tag::vnni || Tag::dotprod;
+  static constexpr int kDepth = HighBit ? 4 : 8;
+
+  /// The unsigned levels of qs unit k of sub-block pair sp, sub-tile h: lo (sub-block 2 sp) and
+  /// hi (2 sp + 1, times 16 with kHiTrick), with Q5_K's fifth bits.
+  static void levels(const std::uint8_t* gb, int h, int sp, int k, VU32<Tag>& lo, VU32<Tag>& hi) {
+    const VU32<Tag> m4(0x0F0F0F0Fu);
+    const VU32<Tag> q = unit(gb, kQs + 8 * sp + k, h);
+    lo = q & m4;
+    if constexpr (kHiTrick) {
+      hi = q & VU32<Tag>(0xF0F0F0F0u);
+    } else {
+      hi = (q >> 4) & m4;
+    }
+    if constexpr (HighBit) {
+      // qh bytes 4k..: the same positions; bit 2 sp (2 sp + 1) of each byte moved to bit 4 by
+      // one shift of the whole dword (bits crossing into a neighbour byte are masked off)
+      const VU32<Tag> qh = unit(gb, 4 + k, h), b4(0x10101010u);
+      const int sl = 4 - 2 * sp, sh = 3 - 2 * sp;
+      lo = lo | ((sl >= 0 ? qh << sl : qh >> -sl) & b4);
+      hi = hi | ((sh >= 0 ? qh << sh : qh >> -sh) & b4);
+    }
+  }
+
+  /// y[16 g + i] for the groups g in [g0, g1) of P against one prepared activation row.
+  static void gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const std::uint8_t* A, float* y) {
+    const std::int64_t nb = cols / 256;
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
+    const Prep* pp = Row::prep(A, cols);
+    const VU32<Tag> m4(0x0F0F0F0Fu), k3f(0x3F3F3F3Fu), k30(0x30303030u), kff(0xFFu);
+    for (std::int64_t g = g0; g < g1; ++g) {
+      const std::uint8_t* G = P + static_cast<std::size_t>(g * nb) * kGroupBlock;
+      VF<Tag> acc[kH], accm[kH];
+      for (int h = 0; h < kH; ++h) acc[h] = accm[h] = VF<Tag>(0.0f);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::uint8_t* gb = G + static_cast<std::size_t>(b) * kGroupBlock;
+        const std::uint8_t* aq = reinterpret_cast<const std::uint8_t*>(a[b].qs);
+        const VF<Tag> da(a[b].d);
+        for (int h = 0; h < kH; ++h) {
+          const VU32<Tag> hd = unit(gb, 0, h), u0 = unit(gb, 1, h), u1 = unit(gb, 2, h),
+                          u2 = unit(gb, 3, h);
+          const VU32<Tag> sc[2] = {u0 & k3f, (u2 & m4) | ((u0 >> 2) & k30)};
+          const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & m4) | ((u1 >> 2) & k30)};
+          VI32<Tag> tot(0), tot_hi(0);
+          for (int sp = 0; sp < 4; ++sp) {  // sub-blocks 2 sp (low nibbles) and 2 sp + 1
+            const VU32<Tag> s = sc[sp / 2] >> (16 * (sp % 2));
+            const VI32<Tag> s_lo = as<std::int32_t>(s & kff),
+                            s_hi = as<std::int32_t>((s >> 8) & kff);
+            if constexpr (kInt32) {
+              VI32<Tag> lo_sum(0), hi_sum(0);
+#pragma GCC unroll 8
+              for (int k = 0; k < 8; ++k) {
+                VU32<Tag> lo, hi;
+                levels(gb, h, sp, k, lo, hi);
+                lo_sum =
+                    dot_u8s8<Tag>(lo_sum, as<std::uint8_t>(lo), bcast4<Tag>(aq + 64 * sp + 4 * k));
+                hi_sum = dot_u8s8<Tag>(hi_sum, as<std::uint8_t>(hi),
+                                       bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
+              }
+              tot = tot + lo_sum * s_lo;
+              tot_hi = tot_hi + hi_sum * s_hi;
+            } else {
+              // int16 pair sums of kDepth units, then one pmaddwd per sub-block applies the
+              // scale (as the int16 pair (s, s)) and widens
+              const VI16<Tag> p_lo = as<std::int16_t>(s_lo | (s_lo << 16));
+              const VI16<Tag> p_hi = as<std::int16_t>(s_hi | (s_hi << 16));
+              for (int k0 = 0; k0 < 8; k0 += kDepth) {
+                VI16<Tag> lo16(0), hi16(0);
+#pragma GCC unroll 8
+                for (int k = k0; k < k0 + kDepth; ++k) {
+                  VU32<Tag> lo, hi;
+                  levels(gb, h, sp, k, lo, hi);
+                  lo16 = lo16 +
+                         madd_u8s8<Tag>(as<std::uint8_t>(lo), bcast4<Tag>(aq + 64 * sp + 4 * k));
+                  hi16 = hi16 + madd_u8s8<Tag>(as<std::uint8_t>(hi),
+                                               bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
+                }
+                tot = tot + madd_i16<Tag>(lo16, p_lo);
+                tot_hi = tot_hi + madd_i16<Tag>(hi16, p_hi);
+              }
+            }
+          }
+          if constexpr (kHiTrick) {
+            tot = tot + (tot_hi >> 4);  // exact: every high-nibble product is a multiple of 16
+          } else {
+            tot = tot + tot_hi;
+          }
+          VI32<Tag> ms =
+              dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pp[b].mh));
+          ms = dot_u8s8<Tag>(ms, as<std::uint8_t>(mn[1]), bcast4<Tag>(pp[b].mh + 4));
+          VI32<Tag> ml =
+              dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pp[b].ml));
+          ml = dot_u8s8<Tag>(ml, as<std::uint8_t>(mn[1]), bcast4<Tag>(pp[b].ml + 4));
+          ms = (ms << 7) + ml;
+          acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(hd) * da, acc[h]);
+          accm[h] = fmadd<Tag>(xsimd::to_float(ms), h2f_lo16<Tag>(hd >> 16) * da, accm[h]);
+        }
+      }
+      for (int h = 0; h < kH; ++h) (acc[h] - accm[h]).store_unaligned(y + g * 16 + h * kL);
+    }
+  }
+
+  /// FormatKernels::gemm_packed.
+  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    const auto* p = static_cast<const std::uint8_t*>(P);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n == 1) return gemv(p, g0, g1, cols, a, Y);
+    RowsGemm<Tag, Q45Rows<HighBit>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels

@@ -1,0 +1,195 @@
+// Tests of the packed (row-interleaved) weight layout (nibble/packed.hpp):
+// - the byte positions of pack(), from the layout written out here independently of the library;
+// - unpack(pack(W)) == W byte for byte (full groups, tails, fewer than 16 rows, threads);
+// - bad input throws and writes nothing;
+// - gemv / gemm on packed weights on every runnable ISA variant against Eigen in double on the
+//   dequantized weights and activations (|err| <= 2e-5 * sum of |products| + 1e-30, the tolerance
+//   of the plain K-quant kernels: integer sums are exact, only the float steps differ), and
+//   against the plain layout's gemm of the same table (same tolerance), threads 1 and 3.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "nibble/packed.hpp"
+
+namespace {
+
+using nibble::Format;
+using nibble::test::KernelTest;
+
+constexpr double kRtol = 2e-5;
+constexpr double kAtol = 1e-30;
+const Format kPackable[] = {Format::q4_K, Format::q5_K};
+
+std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<std::uint8_t> v(n);
+  for (auto& b : v) b = static_cast<std::uint8_t>(g());
+  return v;
+}
+
+std::size_t plain_bytes(Format f, std::int64_t rows, std::int64_t cols) {
+  return static_cast<std::size_t>(rows) * nibble::row_bytes(f, cols);
+}
+
+TEST(Packed, WhichFormats) {
+  EXPECT_TRUE(nibble::packable(Format::q4_K));
+  EXPECT_TRUE(nibble::packable(Format::q5_K));
+  EXPECT_FALSE(nibble::packable(Format::f32));
+  EXPECT_FALSE(nibble::packable(Format::q8_K));
+  EXPECT_FALSE(nibble::packable(static_cast<Format>(99)));
+}
+
+// Q4_K / Q5_K blocks are cut into 4-byte units: byte k of block b of row 16 g + i lands at
+// (group g, block b) + 64 * (k / 4) + 4 * i + k % 4; the rows after the last group are plain.
+TEST(Packed, BytePositions) {
+  for (Format f : kPackable) {
+    const std::int64_t rows = 37, cols = 512, nb = 2;
+    const std::size_t B = nibble::traits(f).block_bytes, rb = nb * B;
+    const auto W = random_bytes(plain_bytes(f, rows, cols), 7);
+    std::vector<std::uint8_t> P(W.size(), 0xAA);
+    nibble::pack(nibble::Context{}, f, W.data(), rows, cols, P.data());
+    int bad = 0;
+    for (std::int64_t g = 0; g < 2; ++g)
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (int i = 0; i < 16; ++i)
+          for (std::size_t k = 0; k < B; ++k) {
+            const std::size_t at = (g * nb + b) * 16 * B + 64 * (k / 4) + 4 * i + k % 4;
+            const std::size_t from = (16 * g + i) * rb + b * B + k;
+            if (P[at] != W[from] && ++bad < 5)
+              ADD_FAILURE() << nibble::traits(f).name << " g " << g << " b " << b << " row " << i
+                            << " byte " << k;
+          }
+    for (std::size_t k = 32 * rb; k < W.size(); ++k) bad += P[k] != W[k];
+    EXPECT_EQ(bad, 0) << nibble::traits(f).name;
+  }
+}
+
+TEST(Packed, RoundTripIsExact) {
+  for (Format f : kPackable) {
+    for (std::int64_t rows : {0, 1, 15, 16, 17, 33, 64}) {
+      for (int threads : {1, 3}) {
+        const std::int64_t cols = 768;
+        const auto W = random_bytes(plain_bytes(f, rows, cols), 11 + static_cast<int>(rows));
+        nibble::Context ctx;
+        ctx.threads = threads;
+        std::vector<std::uint8_t> P(W.size()), U(W.size());
+        nibble::pack(ctx, f, W.data(), rows, cols, P.data());
+        nibble::unpack(ctx, f, P.data(), rows, cols, U.data());
+        nibble::test::expect_bytes_equal(
+            U, W, std::string(nibble::traits(f).name) + " rows " + std::to_string(rows));
+        if (rows >= 16) {
+          EXPECT_NE(P, W) << "a full group must be permuted";
+        }
+        const nibble::PackedWeights pw = nibble::pack(ctx, f, W.data(), rows, cols);
+        EXPECT_TRUE(pw.owns());
+        ASSERT_EQ(pw.bytes(), W.size());
+        if (rows > 0) {
+          EXPECT_EQ(std::memcmp(pw.data(), P.data(), P.size()), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(Packed, BadInputThrowsAndWritesNothing) {
+  const nibble::Context ctx;
+  const std::int64_t rows = 32, cols = 256;
+  const auto W = random_bytes(plain_bytes(Format::q4_K, rows, cols), 3);
+  std::vector<std::uint8_t> out(W.size(), 0x5C);
+  const std::vector<std::uint8_t> untouched = out;
+  EXPECT_THROW(nibble::pack(ctx, Format::f32, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, 100, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), -1, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::pack(ctx, Format::q4_K, nullptr, rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, cols, nullptr), nibble::Error);
+  EXPECT_THROW(nibble::unpack(ctx, Format::q6_K, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_EQ(out, untouched);
+  std::vector<std::uint8_t> buf = W;  // in-place / overlapping buffers are refused
+  EXPECT_THROW(nibble::pack(ctx, Format::q4_K, buf.data(), rows, cols, buf.data() + 64),
+               nibble::Error);
+  EXPECT_EQ(buf, W);
+  EXPECT_THROW(nibble::PackedWeights::view(Format::q4_K, nullptr, rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::PackedWeights::view(Format::q4_0, W.data(), rows, cols), nibble::Error);
+  const nibble::PackedWeights v = nibble::PackedWeights::view(Format::q4_K, W.data(), rows, cols);
+  EXPECT_FALSE(v.owns());
+  std::vector<float> x(cols, 1.0f), y(rows, 7.0f);
+  x[3] = std::nanf("");
+  EXPECT_THROW(nibble::gemv(ctx, v, x.data(), y.data()), nibble::Error);
+  EXPECT_THROW(nibble::gemm(ctx, v, x.data(), -1, y.data()), nibble::Error);
+  EXPECT_EQ(y, std::vector<float>(rows, 7.0f));
+  // an empty (default) PackedWeights is a 0 x 0 matrix: nothing to compute, nothing to check
+  EXPECT_NO_THROW(nibble::gemv(ctx, nibble::PackedWeights{}, x.data(), nullptr));
+}
+
+class PackedKernels : public KernelTest {};
+
+// Weights from real quantization of LLM-like values; Y on the packed layout against Eigen on the
+// dequantized operands and against the plain layout of the same table.
+TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
+  const nibble::kernels::KernelTable& t = table();
+  for (Format f : kPackable) {
+    for (std::int64_t rows : {16, 37, 64}) {
+      for (std::int64_t cols : {256, 1024}) {
+        const auto src = nibble::test::random_normal(
+            static_cast<std::size_t>(rows * cols), static_cast<std::uint32_t>(rows + cols), 0.02f);
+        std::vector<std::uint8_t> W(plain_bytes(f, rows, cols)), P(W.size());
+        nibble::quantize(f, src.data(), rows, cols, W.data());
+        nibble::pack(nibble::Context{}, f, W.data(), rows, cols, P.data());
+        std::vector<float> Wd(static_cast<std::size_t>(rows * cols));
+        nibble::dequantize(f, W.data(), rows, cols, Wd.data());
+        for (std::int64_t n : {1, 2, 7, 17}) {
+          const auto X = nibble::test::random_normal(static_cast<std::size_t>(n * cols),
+                                                     static_cast<std::uint32_t>(n * 13 + cols));
+          // the products see the Q8_K activations: the reference does too
+          std::vector<std::uint8_t> Aq(static_cast<std::size_t>(n) *
+                                       nibble::row_bytes(Format::q8_K, cols));
+          nibble::quantize(Format::q8_K, X.data(), n, cols, Aq.data());
+          std::vector<float> Xd(static_cast<std::size_t>(n * cols));
+          nibble::dequantize(Format::q8_K, Aq.data(), n, cols, Xd.data());
+          const auto ref = nibble::test::eigen_reference(Wd.data(), rows, cols, Xd.data(), n);
+          for (int threads : {1, 3}) {
+            nibble::Context ctx;
+            ctx.threads = threads;
+            std::vector<float> Yp(static_cast<std::size_t>(n * rows), std::nanf(""));
+            std::vector<float> Yq(Yp.size(), std::nanf(""));
+            nibble::detail::run_gemm_packed(t, ctx, f, P.data(), rows, cols, X.data(), n,
+                                            Yp.data());
+            nibble::detail::run_gemm(t, ctx, f, W.data(), rows, cols, X.data(), n, Yq.data());
+            const std::string what = variant_name() + " " + nibble::traits(f).name + " " +
+                                     std::to_string(rows) + "x" + std::to_string(cols) + " n " +
+                                     std::to_string(n) + " threads " + std::to_string(threads);
+            nibble::test::expect_close(Yp, ref, kRtol, kAtol, what + " packed vs Eigen");
+            nibble::test::expect_close(Yq, ref, kRtol, kAtol, what + " plain vs Eigen");
+          }
+        }
+      }
+    }
+  }
+}
+
+// The public entry points pick the best table and agree with the plain layout's public gemv.
+TEST(Packed, PublicGemvMatchesPlain) {
+  for (Format f : kPackable) {
+    const std::int64_t rows = 50, cols = 512;
+    const auto src = nibble::test::random_normal(static_cast<std::size_t>(rows * cols), 5, 0.05f);
+    std::vector<std::uint8_t> W(plain_bytes(f, rows, cols));
+    nibble::quantize(f, src.data(), rows, cols, W.data());
+    const nibble::PackedWeights pw = nibble::pack(nibble::Context{}, f, W.data(), rows, cols);
+    const auto x = nibble::test::random_normal(static_cast<std::size_t>(cols), 9);
+    std::vector<float> yp(rows), yq(rows), Wd(static_cast<std::size_t>(rows * cols));
+    nibble::gemv(nibble::Context{}, pw, x.data(), yp.data());
+    nibble::gemv(nibble::Context{}, f, W.data(), rows, cols, x.data(), yq.data());
+    for (std::int64_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(yp[r], yq[r], 1e-4 * (std::fabs(yq[r]) + 1.0)) << nibble::traits(f).name << r;
+  }
+}
+
+NIBBLE_INSTANTIATE_KERNEL_TEST(PackedKernels);
+
+}  // namespace
