@@ -79,6 +79,9 @@ shared_lib() {
 
 export -f native emulated_x86 sanitizers neon fuzz tsan shared_lib
 export jobs emu_tests capi_tests capi_targets
+# Tests run two at a time on 2 cores and several use OpenMP: waiting threads sleep instead of
+# spinning, so oversubscribed tests do not starve each other.
+export OMP_WAIT_POLICY=PASSIVE
 
 stage "native build + ctest" native
 stage "x86 under qemu (Haswell, Nehalem)" emulated_x86

@@ -10,6 +10,7 @@
 #include "nibble/core/error.hpp"
 #include "nibble/formats/q4_k.hpp"
 #include "nibble/formats/q5_k.hpp"
+#include "nibble/nibble.hpp"
 #include "nibble/quant/awq.hpp"
 #include "nibble/quant/rtn.hpp"
 
@@ -167,17 +168,12 @@ Eigen::MatrixXf scaled_clipped(const Eigen::MatrixXf& W, const Result& r, int gr
 
 namespace {
 
-// Scale search + clip search with a matrix fake quantizer fq (out x in -> out x in) and the
-// matching group quantizer for clip groups of gs columns.
-template <class QMatrix, class QGroup>
-Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Config& cfg,
-                   std::int64_t gs, const QMatrix& fq, const QGroup& qgroup) {
-  const Eigen::VectorXf x_mean = activation_mean(X);
-  const double denom = static_cast<double>(X.rows()) * static_cast<double>(W.rows());
-  const bool use_gram = X.rows() > 2 * X.cols();
-  Eigen::MatrixXf G;
-  if (use_gram) G.noalias() = X.transpose() * X;
-
+// The scale search (3.3) with a matrix fake quantizer fq (out x in -> out x in): returns the
+// scales and ratio with the lowest loss(D), D = W - Q(W s)/s, the layer-output error of the
+// candidate (any positive multiple of the mean square output difference).
+template <class QMatrix, class Loss>
+Result scale_search(const Eigen::MatrixXf& W, const Eigen::VectorXf& x_mean, const Config& cfg,
+                    std::int64_t gs, const QMatrix& fq, const Loss& loss_of) {
   Eigen::VectorXf w_mean;
   if (cfg.duo_scaling) w_mean = weight_mean(W, gs);
 
@@ -202,16 +198,7 @@ Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Con
     for (Eigen::Index c = 0; c < s.size(); ++c)
       if (!std::isfinite(s[c])) s[c] = 1.0f;
     const Eigen::MatrixXf Wq = divide_cols(fq(W * s.asDiagonal()), s);
-    // Mean square of the layer-output difference X (W - Wq)^T over all outputs; with many
-    // tokens through the Gram matrix: ||X D^T||^2 = sum((D G) .* D), G = X^T X.
-    const Eigen::MatrixXf D = W - Wq;
-    double loss;
-    if (use_gram) {
-      const Eigen::MatrixXf DG = D * G;
-      loss = (DG.array() * D.array()).cast<double>().sum() / denom;
-    } else {
-      loss = (X * D.transpose()).cast<double>().squaredNorm() / denom;
-    }
+    const double loss = loss_of(Eigen::MatrixXf(W - Wq));
     if (loss < best) {
       best = loss;
       best_r = r;
@@ -220,6 +207,29 @@ Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Con
   }
   if (best_r < 0) detail::fail("awq: no finite scale-search loss (inputs too large?)");
   res.best_ratio = static_cast<float>(static_cast<double>(best_r) / cfg.n_grid);
+  return res;
+}
+
+// Scale search + clip search with a matrix fake quantizer fq (out x in -> out x in) and the
+// matching group quantizer for clip groups of gs columns.
+template <class QMatrix, class QGroup>
+Result search_impl(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Config& cfg,
+                   std::int64_t gs, const QMatrix& fq, const QGroup& qgroup) {
+  const Eigen::VectorXf x_mean = activation_mean(X);
+  const double denom = static_cast<double>(X.rows()) * static_cast<double>(W.rows());
+  const bool use_gram = X.rows() > 2 * X.cols();
+  Eigen::MatrixXf G;
+  if (use_gram) G.noalias() = X.transpose() * X;
+  // Mean square of the layer-output difference X (W - Wq)^T over all outputs; with many
+  // tokens through the Gram matrix: ||X D^T||^2 = sum((D G) .* D), G = X^T X.
+  const auto loss_of = [&](const Eigen::MatrixXf& D) {
+    if (use_gram) {
+      const Eigen::MatrixXf DG = D * G;
+      return (DG.array() * D.array()).cast<double>().sum() / denom;
+    }
+    return (X * D.transpose()).cast<double>().squaredNorm() / denom;
+  };
+  Result res = scale_search(W, x_mean, cfg, gs, fq, loss_of);
 
   const Eigen::MatrixXf Ws = W * res.scales.asDiagonal();
   if (cfg.clip) {
@@ -247,10 +257,18 @@ Result search(const Eigen::MatrixXf& W, const Eigen::MatrixXf& X, const Config& 
 
 namespace {
 
+// The K-quant fake quantizer. Rows are quantized through nibble::quantize: the dispatched SIMD
+// quantizers, byte-identical to ggml's reference quantize_row_q{4,5}_K_ref but several times
+// faster (the scale and clip searches quantize every candidate).
 template <class Block>
 struct KQuantFake {
-  void (*quant)(const float*, Block*, std::int64_t);
+  Format fmt;
   void (*deq)(const Block*, float*, std::int64_t);
+  void quant(const float* x, Block* b, std::int64_t n) const {
+    Context one;
+    one.threads = 1;  // called from the parallel loops below
+    nibble::quantize(one, fmt, x, 1, n, b);
+  }
   // One super-block of 256 contiguous values.
   void operator()(const float* in, float* out) const {
     Block b;
@@ -296,9 +314,9 @@ template <class Fn>
 auto with_kquant(Format f, const char* who, const Fn& fn) {
   switch (f) {
     case Format::q4_K:
-      return fn(KQuantFake<BlockQ4_K>{ref::quantize_q4_K, ref::dequantize_q4_K});
+      return fn(KQuantFake<BlockQ4_K>{Format::q4_K, ref::dequantize_q4_K});
     case Format::q5_K:
-      return fn(KQuantFake<BlockQ5_K>{ref::quantize_q5_K, ref::dequantize_q5_K});
+      return fn(KQuantFake<BlockQ5_K>{Format::q5_K, ref::dequantize_q5_K});
     default:
       break;
   }
@@ -328,6 +346,38 @@ std::vector<std::uint8_t> search_blocks(Format f, const Eigen::MatrixXf& W,
   const Config c = kquant_config(W, X, cfg, "awq::search_blocks");
   return with_kquant(f, "awq::search_blocks",
                      [&](const auto& kq) { return kquant_awq(W, X, c, result, kq); });
+}
+
+Result search_scales_blocks(Format f, const Eigen::MatrixXf& W, const Eigen::VectorXf& x_mean,
+                            const Eigen::MatrixXf& gram, const Config& cfg) {
+  const char* who = "awq::search_scales_blocks";
+  if (W.rows() <= 0 || W.cols() <= 0)
+    detail::fail(who, ": W is ", W.rows(), "x", W.cols(), ", expected a non-empty matrix");
+  if (W.cols() % 256 != 0) detail::fail(who, ": cols = ", W.cols(), " is not a multiple of 256");
+  if (x_mean.size() != W.cols())
+    detail::fail(who, ": x_mean has ", x_mean.size(), " values, expected ", W.cols());
+  if (gram.rows() != W.cols() || gram.cols() != W.cols())
+    detail::fail(who, ": gram is ", gram.rows(), "x", gram.cols(), ", expected ", W.cols(), "x",
+                 W.cols());
+  rtn::check_finite(W, "W");
+  rtn::check_finite(gram, "gram");
+  for (Eigen::Index c = 0; c < x_mean.size(); ++c)
+    if (!(x_mean[c] >= 0.0f) || !std::isfinite(x_mean[c]))
+      detail::fail(who, ": x_mean[", c, "] = ", x_mean[c], " is not finite and >= 0");
+  Config c = cfg;
+  c.group_size = 256;
+  c.bits = 4;
+  check_config(c, W.cols());
+  return with_kquant(f, who, [&](const auto& kq) {
+    const auto fq = [&](const Eigen::MatrixXf& M) { return kq(M); };
+    const auto loss_of = [&](const Eigen::MatrixXf& D) {
+      const Eigen::MatrixXf DG = D * gram;
+      return (DG.array() * D.array()).cast<double>().sum();
+    };
+    Result res = scale_search(W, x_mean, c, 256, fq, loss_of);
+    res.clip_max = group_absmax(W * res.scales.asDiagonal(), 256);
+    return res;
+  });
 }
 
 Eigen::MatrixXf clip_search_blocks(Format f, const Eigen::MatrixXf& Ws, const Eigen::MatrixXf& Xs,

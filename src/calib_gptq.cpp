@@ -11,9 +11,12 @@
 #include "nibble/core/error.hpp"
 #include "nibble/formats/q2_k.hpp"
 #include "nibble/formats/q3_k.hpp"
+#include "nibble/formats/q4_0.hpp"
 #include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_0.hpp"
 #include "nibble/formats/q5_k.hpp"
 #include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_0.hpp"
 #include "nibble/quant/gptq.hpp"
 #include "nibble/quant/hessian.hpp"
 #include "nibble/quant/rtn.hpp"
@@ -471,14 +474,129 @@ std::vector<std::uint8_t> kquant_gptq(const Eigen::MatrixXf& W, const Eigen::Mat
   return bytes;
 }
 
+// Adapters over the legacy symmetric formats (32 values, one fp16 scale d, value = d * q with a
+// signed level q in [kLo, kHi]): the reference quantizer chooses d (Q5_0/Q4_0: its
+// importance-weighted scale search, with the damped diag(H) as importance, as for the K-quants;
+// Q8_0 has none), set() stores a level.
+struct LQ8 {
+  using Block = BlockQ8_0;
+  static constexpr int kLo = -127, kHi = 127;
+  static void choose(const float* x, const float*, Block* b) { ref::quantize_q8_0(x, b, 32); }
+  static void set(Block& b, int j, int q) { b.qs[j] = static_cast<std::int8_t>(q); }
+};
+struct LQ5 {
+  using Block = BlockQ5_0;
+  static constexpr int kLo = -16, kHi = 15;
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q5_0_imatrix(x, b, 32, w);
+  }
+  static void set(Block& b, int j, int q) {
+    const int L = q + 16;
+    std::uint8_t& lo = b.qs[j % 16];
+    lo = j < 16 ? static_cast<std::uint8_t>((lo & 0xF0) | (L & 0x0F))
+                : static_cast<std::uint8_t>((lo & 0x0F) | ((L & 0x0F) << 4));
+    std::uint8_t& hi = b.qh[j / 8];
+    const int bit = j % 8;
+    hi = static_cast<std::uint8_t>((hi & ~(1 << bit)) | (((L >> 4) & 1) << bit));
+  }
+};
+struct LQ4 {
+  using Block = BlockQ4_0;
+  static constexpr int kLo = -8, kHi = 7;
+  static void choose(const float* x, const float* w, Block* b) {
+    ref::quantize_q4_0_imatrix(x, b, 32, w);
+  }
+  static void set(Block& b, int j, int q) {
+    const int L = q + 8;
+    std::uint8_t& v = b.qs[j % 16];
+    v = j < 16 ? static_cast<std::uint8_t>((v & 0xF0) | (L & 0x0F))
+               : static_cast<std::uint8_t>((v & 0x0F) | ((L & 0x0F) << 4));
+  }
+};
+
+// GPTQ on a legacy 32-value grid: at each block start the reference quantizer picks d on the
+// current (error-updated) weights; every column is then rounded to the nearest level (ties to
+// even) and its error propagated. Columns are processed in windows of 128 (lazy batches).
+template <class LQ>
+std::vector<std::uint8_t> legacy_gptq(const Eigen::MatrixXf& W, const Eigen::MatrixXf& H,
+                                      const Config& cfg) {
+  using Block = typename LQ::Block;
+  const std::int64_t rows = W.rows(), cols = W.cols(), nb = cols / 32;
+  Eigen::MatrixXf Wm = W, Hm = H;
+  Prepared prep = prepare(Wm, Hm, false, cfg.percdamp);
+  const Eigen::MatrixXf& U = prep.U;
+  const Eigen::VectorXf imp = Hm.diagonal();  // importance for the scale choice (damped diag H)
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(rows * nb) * sizeof(Block));
+  Block* blocks = reinterpret_cast<Block*>(bytes.data());
+  Eigen::MatrixXf W1, Err1;
+  const std::int64_t win = 128, chunk = 32, n_chunks = (rows + chunk - 1) / chunk;
+  for (std::int64_t i1 = 0; i1 < cols; i1 += win) {
+    const std::int64_t count = std::min(win, cols - i1);
+    W1 = Wm.middleCols(i1, count);
+    Err1.resize(rows, count);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static)
+#endif
+    for (std::int64_t c = 0; c < n_chunks; ++c) {
+      const std::int64_t r0 = c * chunk, nr = std::min(chunk, rows - r0);
+      float x32[32], d[chunk];
+      for (std::int64_t i = 0; i < count; ++i) {
+        const std::int64_t col = i1 + i;
+        if (col % 32 == 0) {
+          for (std::int64_t r = 0; r < nr; ++r) {
+            for (int k = 0; k < 32; ++k) x32[k] = W1(r0 + r, i + k);
+            Block& b = blocks[(r0 + r) * nb + col / 32];
+            LQ::choose(x32, imp.data() + col, &b);
+            d[r] = fp16_to_fp32(b.d);
+          }
+        }
+        const float u = U(col, col);
+        float* w = &W1(r0, i);
+        float* e = &Err1(r0, i);
+        for (std::int64_t r = 0; r < nr; ++r) {
+          int q = 0;
+          if (d[r] != 0.0f) {
+            const float l = std::nearbyint(w[r] / d[r]);
+            q = static_cast<int>(
+                std::min(std::max(l, static_cast<float>(LQ::kLo)), static_cast<float>(LQ::kHi)));
+          }
+          LQ::set(blocks[(r0 + r) * nb + col / 32], static_cast<int>(col % 32), q);
+          e[r] = (w[r] - d[r] * static_cast<float>(q)) / u;
+        }
+        for (std::int64_t j = i + 1; j < count; ++j) {
+          const float uj = U(col, i1 + j);
+          float* wj = &W1(r0, j);
+          for (std::int64_t r = 0; r < nr; ++r) wj[r] -= e[r] * uj;
+        }
+      }
+    }
+    lazy_update(Wm.data() + (i1 + count) * rows, rows, Err1.data(), rows, count,
+                U.data() + (i1 + count) * cols + i1, cols, cols - i1 - count);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> quantize_blocks(Format f, const Eigen::MatrixXf& W,
                                           const Eigen::MatrixXf& H, const Config& cfg) {
   check_common(W, H, cfg);
+  if (cfg.act_order) detail::fail("gptq::quantize_blocks: act_order is not supported");
+  const bool legacy = f == Format::q8_0 || f == Format::q5_0 || f == Format::q4_0;
+  if (legacy) {
+    if (W.cols() % 32 != 0)
+      detail::fail("gptq::quantize_blocks: cols = ", W.cols(), " is not a multiple of 32");
+    switch (f) {
+      case Format::q8_0:
+        return legacy_gptq<LQ8>(W, H, cfg);
+      case Format::q5_0:
+        return legacy_gptq<LQ5>(W, H, cfg);
+      default:
+        return legacy_gptq<LQ4>(W, H, cfg);
+    }
+  }
   if (W.cols() % 256 != 0)
     detail::fail("gptq::quantize_blocks: cols = ", W.cols(), " is not a multiple of 256");
-  if (cfg.act_order) detail::fail("gptq::quantize_blocks: act_order is not supported");
   switch (f) {
     case Format::q2_K:
       return kquant_gptq<KQ2>(W, H, cfg);
@@ -494,7 +612,7 @@ std::vector<std::uint8_t> quantize_blocks(Format f, const Eigen::MatrixXf& W,
       break;
   }
   detail::fail("gptq::quantize_blocks: format ", traits(f).name,
-               " is not supported (expected q2_K, q3_K, q4_K, q5_K or q6_K)");
+               " is not supported (expected q2_K, q3_K, q4_K, q5_K, q6_K, q8_0, q5_0 or q4_0)");
 }
 
 }  // namespace gptq

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -512,7 +513,48 @@ void apply_awq(const AwqTransform& tr, RowMajorXf& W) {
   if (tr.col_scale.size()) W = W * tr.col_scale.asDiagonal();
 }
 
+// quantize_tensor into a buffer of the right size.
+void quantize_tensor_into(const Context& ctx, std::uint32_t out_type, const float* src,
+                          std::int64_t mats, std::int64_t rows, std::int64_t cols,
+                          const float* importance, std::uint8_t* out) {
+  if (out_type == kF32) {
+    std::memcpy(out, src, static_cast<std::size_t>(mats * rows * cols) * sizeof(float));
+  } else if (out_type == kF16) {
+    const std::int64_t n = mats * rows * cols;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const fp16_t h = fp32_to_fp16(src[k]);
+      std::memcpy(out + 2 * k, &h, 2);
+    }
+  } else {
+    const Format f = format_of(out_type);
+    const std::size_t mat_bytes = static_cast<std::size_t>(rows) * row_bytes(f, cols);
+    for (std::int64_t e = 0; e < mats; ++e) {
+      quantize(ctx, f, src + e * rows * cols, rows, cols, out + e * mat_bytes,
+               importance ? importance + e * cols : nullptr);
+    }
+  }
+}
+
 }  // namespace
+
+std::vector<std::uint8_t> quantize_tensor(const Context& ctx, std::uint32_t out_type,
+                                          const float* values, std::int64_t mats, std::int64_t rows,
+                                          std::int64_t cols, const float* importance) {
+  if (!values) fail("quantize_tensor: values is null");
+  if (mats < 1 || rows < 1 || cols < 1) {
+    fail("quantize_tensor: shape ", mats, " x ", rows, " x ", cols, " (expected positive)");
+  }
+  if (out_type != kF32) format_of(out_type);  // throws for types nibble cannot produce
+  const std::uint64_t nbytes = gguf::tensor_nbytes(out_type, {cols, rows, mats});
+  for (std::int64_t i = 0; i < mats * rows * cols; ++i) {
+    if (!std::isfinite(values[i])) {
+      fail("quantize_tensor: value ", i, " = ", values[i], " is not finite");
+    }
+  }
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(nbytes));
+  quantize_tensor_into(ctx, out_type, values, mats, rows, cols, importance, out.data());
+  return out;
+}
 
 namespace {
 
@@ -648,6 +690,9 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
   const auto t0 = std::chrono::steady_clock::now();
   if (options.threads < 0) fail("quantize: threads = ", options.threads, " (expected >= 0)");
   gguf::File calib;
+  if (options.source && options.method != QuantMethod::rtn) {
+    fail("quantize: a tensor source replaces --method gptq/awq (method must be rtn)");
+  }
   if (options.method != QuantMethod::rtn) {
     if (options.calib_path.empty()) {
       fail("quantize: --method ", options.method == QuantMethod::gptq ? "gptq" : "awq",
@@ -773,7 +818,18 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
       sum.out_tensor_bytes += o.nbytes;
       const auto awq_it = awq_tr.find(t.name);
       const AwqTransform* tr = awq_it == awq_tr.end() ? nullptr : &awq_it->second;
-      if (!p.quantize && tr) {
+      SourcedTensor sourced;
+      if (options.source && options.source(p, sourced)) {
+        // Computed by the caller (sequential calibration): written as given.
+        if (sourced.bytes.size() != o.nbytes) {
+          fail("quantize: the tensor source gave ", sourced.bytes.size(), " bytes for ", t.name,
+               " (", gguf::type_info(o.type).name, "), expected ", o.nbytes);
+        }
+        put(sourced.bytes.data(), sourced.bytes.size());
+        ++(p.quantize ? sum.quantized : sum.copied);
+        if (p.quantize && p.fallback) ++sum.fallbacks;
+        if (sourced.calibrated) ++sum.calibrated;
+      } else if (!p.quantize && tr) {
         // A folded norm (or, unusually, an unquantized linear) is rewritten, not copied.
         if (t.type != kF32) fail("quantize: awq: tensor ", t.name, " must be f32 to be rescaled");
         RowMajorXf M =
@@ -867,18 +923,8 @@ QuantizeSummary quantize_model(const std::string& in_path, const std::string& ou
             fail("quantize: GPTQ returned ", blocks.size(), " bytes");
           std::memcpy(qbuf.data(), blocks.data(), blocks.size());
           ++sum.calibrated;
-        } else if (p.out_type == kF16) {
-          for (std::int64_t k = 0; k < n; ++k) {
-            const fp16_t h = fp32_to_fp16(src[k]);
-            std::memcpy(qbuf.data() + 2 * k, &h, 2);
-          }
         } else {
-          const Format f = format_of(p.out_type);
-          const std::size_t mat_bytes = static_cast<std::size_t>(rows) * row_bytes(f, cols);
-          for (std::int64_t e = 0; e < mats; ++e) {
-            quantize(ctx, f, src + e * rows * cols, rows, cols, qbuf.data() + e * mat_bytes,
-                     imv ? imv + e * cols : nullptr);
-          }
+          quantize_tensor_into(ctx, p.out_type, src, mats, rows, cols, imv, qbuf.data());
         }
         put(qbuf.data(), qbuf.size());
         ++sum.quantized;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "dispatch.hpp"
@@ -13,31 +14,32 @@ namespace nibble::llm {
 
 using detail::fail;
 
+namespace {
+
+// The weight formats the forward pass runs (those nibble quantize / llama-quantize write for
+// llama models with the file types of LlamaFtype, fallbacks included).
+constexpr Format kWeightFormats[] = {Format::f32,  Format::f16,    Format::bf16,  Format::q8_0,
+                                     Format::q4_0, Format::q4_1,   Format::q5_0,  Format::q5_1,
+                                     Format::q2_K, Format::q3_K,   Format::q4_K,  Format::q5_K,
+                                     Format::q6_K, Format::iq4_nl, Format::iq4_xs};
+constexpr const char* kWeightFormatList =
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs";
+
+}  // namespace
+
 Format weight_format(std::uint32_t type, const std::string& tensor) {
-  for (Format f :
-       {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K, Format::q6_K}) {
+  for (Format f : kWeightFormats) {
     if (traits(f).gguf_type == static_cast<int>(type)) return f;
   }
   const gguf::TypeInfo ti = gguf::type_info(type);
   fail("llm: tensor \"", tensor, "\" has type ", ti.name ? ti.name : "?", " (", type,
-       "), which nibble has no matrix product for (supported: f32, f16, q8_0, q4_K, q5_K, q6_K)");
+       "), which nibble has no matrix product for (supported: ", kWeightFormatList, ")");
 }
 
 namespace {
 
-// A weight matrix used in place: rows x cols in format f.
-struct Linear {
-  std::string name;
-  Format format = Format::f32;
-  const void* data = nullptr;
-  std::int64_t rows = 0, cols = 0;
-  std::vector<float> bias;  // empty or rows values
-};
-
-struct Layer {
-  std::vector<float> attn_norm, ffn_norm;
-  Linear wq, wk, wv, wo, gate, up, down;
-};
+using Linear = LinearWeights;
+using Layer = BlockWeights;
 
 const gguf::KeyValue* find_kv(const gguf::File& f, const std::string& key) {
   return f.find(key);
@@ -131,6 +133,13 @@ struct Model::Impl {
   Format embd_format = Format::f32;
   const std::uint8_t* embd = nullptr;
   std::size_t embd_row_bytes = 0;
+
+  struct Scratch;
+  // Token embeddings of tokens[0..n) into x (n x n_embd); tokens already checked.
+  void embed(const Context& ctx, const std::int32_t* tokens, std::int64_t n, float* x) const;
+  // One block in place on x (n x n_embd), shapes already checked; s sized for n tokens.
+  void run_block(const Context& ctx, const BlockWeights& L, float* x, std::int64_t n, Scratch& s,
+                 const MatmulObserver& obs) const;
 
   void matmul(const Context& ctx, const Linear& w, const float* x, std::int64_t n, float* y,
               const MatmulObserver& obs) const {
@@ -317,13 +326,13 @@ Model Model::from_gguf(gguf::File file) {
     Layer L;
     L.attn_norm = small_tensor(f, p + "attn_norm.weight", hp.n_embd);
     L.ffn_norm = small_tensor(f, p + "ffn_norm.weight", hp.n_embd);
-    L.wq = linear(f, p + "attn_q.weight", dq, hp.n_embd, bias);
-    L.wk = linear(f, p + "attn_k.weight", dkv, hp.n_embd, bias);
-    L.wv = linear(f, p + "attn_v.weight", dkv, hp.n_embd, bias);
-    L.wo = linear(f, p + "attn_output.weight", hp.n_embd, dq, bias);
-    L.gate = linear(f, p + "ffn_gate.weight", hp.n_ff, hp.n_embd, bias);
-    L.up = linear(f, p + "ffn_up.weight", hp.n_ff, hp.n_embd, bias);
-    L.down = linear(f, p + "ffn_down.weight", hp.n_embd, hp.n_ff, bias);
+    L.attn_q = linear(f, p + "attn_q.weight", dq, hp.n_embd, bias);
+    L.attn_k = linear(f, p + "attn_k.weight", dkv, hp.n_embd, bias);
+    L.attn_v = linear(f, p + "attn_v.weight", dkv, hp.n_embd, bias);
+    L.attn_output = linear(f, p + "attn_output.weight", hp.n_embd, dq, bias);
+    L.ffn_gate = linear(f, p + "ffn_gate.weight", hp.n_ff, hp.n_embd, bias);
+    L.ffn_up = linear(f, p + "ffn_up.weight", hp.n_ff, hp.n_embd, bias);
+    L.ffn_down = linear(f, p + "ffn_down.weight", hp.n_embd, hp.n_ff, bias);
     impl->layers.push_back(std::move(L));
   }
   impl->output_norm = small_tensor(f, "output_norm.weight", hp.n_embd);
@@ -339,60 +348,152 @@ Model Model::from_gguf(gguf::File file) {
   return m;
 }
 
+// Scratch buffers of one block evaluation (n tokens).
+struct Model::Impl::Scratch {
+  std::vector<float> h, q, k, v, att, g, u, y;
+  void resize(const Hparams& hp, std::int64_t n) {
+    auto sz = [n](std::int64_t c) { return static_cast<std::size_t>(n * c); };
+    const std::int64_t dq = hp.n_head * hp.head_dim, dkv = hp.n_head_kv * hp.head_dim;
+    h.resize(sz(hp.n_embd));
+    q.resize(sz(dq));
+    k.resize(sz(dkv));
+    v.resize(sz(dkv));
+    att.resize(sz(dq));
+    g.resize(sz(hp.n_ff));
+    u.resize(sz(hp.n_ff));
+    y.resize(sz(hp.n_embd));
+  }
+};
+
+void Model::Impl::embed(const Context& ctx, const std::int32_t* tokens, std::int64_t n,
+                        float* x) const {
+  const std::int64_t d = hp.n_embd;
+  parallel(ctx, n, [&](std::int64_t t) {
+    dequantize(embd_format, embd + static_cast<std::size_t>(tokens[t]) * embd_row_bytes, 1, d,
+               x + t * d);
+  });
+}
+
+void Model::Impl::run_block(const Context& ctx, const BlockWeights& L, float* x, std::int64_t n,
+                            Scratch& s, const MatmulObserver& obs) const {
+  const std::int64_t d = hp.n_embd;
+  const std::size_t nd = static_cast<std::size_t>(n * d);
+  parallel(ctx, n, [&](std::int64_t t) {
+    rms_norm(x + t * d, L.attn_norm.data(), d, hp.rms_eps, s.h.data() + t * d);
+  });
+  matmul(ctx, L.attn_q, s.h.data(), n, s.q.data(), obs);
+  matmul(ctx, L.attn_k, s.h.data(), n, s.k.data(), obs);
+  matmul(ctx, L.attn_v, s.h.data(), n, s.v.data(), obs);
+  rope(ctx, s.q.data(), n, hp.n_head);
+  rope(ctx, s.k.data(), n, hp.n_head_kv);
+  attention(ctx, s.q.data(), s.k.data(), s.v.data(), n, s.att.data());
+  matmul(ctx, L.attn_output, s.att.data(), n, s.y.data(), obs);
+  for (std::size_t i = 0; i < nd; ++i) x[i] += s.y[i];
+  parallel(ctx, n, [&](std::int64_t t) {
+    rms_norm(x + t * d, L.ffn_norm.data(), d, hp.rms_eps, s.h.data() + t * d);
+  });
+  matmul(ctx, L.ffn_gate, s.h.data(), n, s.g.data(), obs);
+  matmul(ctx, L.ffn_up, s.h.data(), n, s.u.data(), obs);
+  const std::size_t nf = static_cast<std::size_t>(n * hp.n_ff);
+  for (std::size_t i = 0; i < nf; ++i) s.g[i] = s.g[i] / (1.0f + std::exp(-s.g[i])) * s.u[i];
+  matmul(ctx, L.ffn_down, s.g.data(), n, s.y.data(), obs);
+  for (std::size_t i = 0; i < nd; ++i) x[i] += s.y[i];
+}
+
+namespace {
+
+void check_tokens(const Hparams& hp, const std::int32_t* tokens, std::int64_t n, const char* who) {
+  if (n < 1) fail("llm: ", who, ": n = ", n, " tokens (need >= 1)");
+  if (!tokens) fail("llm: ", who, ": tokens is null");
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
+      fail("llm: ", who, ": token ", i, " = ", tokens[i], " outside [0, ", hp.n_vocab, ")");
+    }
+  }
+}
+
+void check_linear(const LinearWeights& l, std::int64_t rows, std::int64_t cols, const char* what) {
+  if (l.rows != rows || l.cols != cols) {
+    fail("llm: forward_block: ", what, " (", l.name, ") is ", l.rows, " x ", l.cols, ", expected ",
+         rows, " x ", cols);
+  }
+  if (!l.data) fail("llm: forward_block: ", what, " (", l.name, ") has no data");
+  if (std::find(std::begin(kWeightFormats), std::end(kWeightFormats), l.format) ==
+      std::end(kWeightFormats)) {
+    fail("llm: forward_block: ", what, " (", l.name, ") has format ", traits(l.format).name,
+         " (supported: ", kWeightFormatList, ")");
+  }
+  if (!l.bias.empty() && static_cast<std::int64_t>(l.bias.size()) != rows) {
+    fail("llm: forward_block: ", what, " (", l.name, ") has ", l.bias.size(),
+         " bias values, expected ", rows);
+  }
+}
+
+}  // namespace
+
+std::vector<float> Model::embed(const Context& ctx, const std::int32_t* tokens,
+                                std::int64_t n) const {
+  if (!impl_) fail("llm: embed on an empty model");
+  check_tokens(impl_->hp, tokens, n, "embed");
+  std::vector<float> x(static_cast<std::size_t>(n * impl_->hp.n_embd));
+  impl_->embed(ctx, tokens, n, x.data());
+  return x;
+}
+
+BlockWeights Model::block_weights(std::int64_t layer) const {
+  if (!impl_) fail("llm: block_weights on an empty model");
+  if (layer < 0 || layer >= impl_->hp.n_layer) {
+    fail("llm: block_weights: layer ", layer, " outside [0, ", impl_->hp.n_layer, ")");
+  }
+  return impl_->layers[static_cast<std::size_t>(layer)];
+}
+
+void Model::forward_block(const Context& ctx, const BlockWeights& w, float* x, std::int64_t n,
+                          const MatmulObserver& obs) const {
+  if (!impl_) fail("llm: forward_block on an empty model");
+  const Hparams& hp = impl_->hp;
+  if (n < 1) fail("llm: forward_block: n = ", n, " tokens (need >= 1)");
+  if (!x) fail("llm: forward_block: x is null");
+  const std::int64_t d = hp.n_embd, dq = hp.n_head * hp.head_dim, dkv = hp.n_head_kv * hp.head_dim;
+  if (static_cast<std::int64_t>(w.attn_norm.size()) != d ||
+      static_cast<std::int64_t>(w.ffn_norm.size()) != d) {
+    fail("llm: forward_block: norm weights have ", w.attn_norm.size(), " and ", w.ffn_norm.size(),
+         " values, expected ", d);
+  }
+  check_linear(w.attn_q, dq, d, "attn_q");
+  check_linear(w.attn_k, dkv, d, "attn_k");
+  check_linear(w.attn_v, dkv, d, "attn_v");
+  check_linear(w.attn_output, d, dq, "attn_output");
+  check_linear(w.ffn_gate, hp.n_ff, d, "ffn_gate");
+  check_linear(w.ffn_up, hp.n_ff, d, "ffn_up");
+  check_linear(w.ffn_down, d, hp.n_ff, "ffn_down");
+  Impl::Scratch s;
+  s.resize(hp, n);
+  impl_->run_block(ctx, w, x, n, s, obs);
+}
+
 std::vector<float> Model::forward(const Context& ctx, const std::int32_t* tokens, std::int64_t n,
                                   std::int64_t first_output, const MatmulObserver& obs) const {
   if (!impl_) fail("llm: forward on an empty model");
   const Impl& m = *impl_;
   const Hparams& hp = m.hp;
-  if (n < 1) fail("llm: forward: n = ", n, " tokens (need >= 1)");
-  if (!tokens) fail("llm: forward: tokens is null");
+  check_tokens(hp, tokens, n, "forward");
   if (first_output < 0 || first_output >= n) {
     fail("llm: forward: first_output = ", first_output, " outside [0, ", n, ")");
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
-      fail("llm: forward: token ", i, " = ", tokens[i], " outside [0, ", hp.n_vocab, ")");
-    }
-  }
-  const std::int64_t d = hp.n_embd, dq = hp.n_head * hp.head_dim, dkv = hp.n_head_kv * hp.head_dim,
-                     nff = hp.n_ff;
-  auto buf = [](std::int64_t a, std::int64_t b) {
-    return std::vector<float>(static_cast<std::size_t>(a * b));
-  };
-  std::vector<float> x = buf(n, d), h = buf(n, d), q = buf(n, dq), k = buf(n, dkv), v = buf(n, dkv),
-                     att = buf(n, dq), g = buf(n, nff), u = buf(n, nff), y = buf(n, d);
-  parallel(ctx, n, [&](std::int64_t t) {
-    dequantize(m.embd_format, m.embd + static_cast<std::size_t>(tokens[t]) * m.embd_row_bytes, 1, d,
-               x.data() + t * d);
-  });
-  for (const Layer& L : m.layers) {
-    parallel(ctx, n, [&](std::int64_t t) {
-      rms_norm(x.data() + t * d, L.attn_norm.data(), d, hp.rms_eps, h.data() + t * d);
-    });
-    m.matmul(ctx, L.wq, h.data(), n, q.data(), obs);
-    m.matmul(ctx, L.wk, h.data(), n, k.data(), obs);
-    m.matmul(ctx, L.wv, h.data(), n, v.data(), obs);
-    m.rope(ctx, q.data(), n, hp.n_head);
-    m.rope(ctx, k.data(), n, hp.n_head_kv);
-    m.attention(ctx, q.data(), k.data(), v.data(), n, att.data());
-    m.matmul(ctx, L.wo, att.data(), n, y.data(), obs);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-    parallel(ctx, n, [&](std::int64_t t) {
-      rms_norm(x.data() + t * d, L.ffn_norm.data(), d, hp.rms_eps, h.data() + t * d);
-    });
-    m.matmul(ctx, L.gate, h.data(), n, g.data(), obs);
-    m.matmul(ctx, L.up, h.data(), n, u.data(), obs);
-    for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    m.matmul(ctx, L.down, g.data(), n, y.data(), obs);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-  }
+  const std::int64_t d = hp.n_embd;
+  std::vector<float> x(static_cast<std::size_t>(n * d));
+  m.embed(ctx, tokens, n, x.data());
+  Impl::Scratch s;
+  s.resize(hp, n);
+  for (const Layer& L : m.layers) m.run_block(ctx, L, x.data(), n, s, obs);
   const std::int64_t no = n - first_output;
   parallel(ctx, no, [&](std::int64_t t) {
     rms_norm(x.data() + (first_output + t) * d, m.output_norm.data(), d, hp.rms_eps,
-             h.data() + t * d);
+             s.h.data() + t * d);
   });
-  std::vector<float> logits = buf(no, hp.n_vocab);
-  m.matmul(ctx, m.output, h.data(), no, logits.data(), obs);
+  std::vector<float> logits(static_cast<std::size_t>(no * hp.n_vocab));
+  m.matmul(ctx, m.output, s.h.data(), no, logits.data(), obs);
   return logits;
 }
 

@@ -11,13 +11,19 @@
 namespace nibble {
 namespace {
 
-// Checks shared by pack / unpack / view: a packable format, valid dims, pointers.
-void check_pack_args(Format f, const void* a, const char* an, std::int64_t rows, std::int64_t cols,
-                     const void* b, const char* bn, const char* fn) {
+// Checks shared by pack / unpack / view: a packable format and valid dims; returns the bytes of
+// the matrix.
+std::size_t check_packable(Format f, std::int64_t rows, std::int64_t cols, const char* fn) {
   checks::check_format(f, fn);
   if (!detail::pack_layout(f))
     detail::fail(fn, ": format ", traits(f).name, " has no packed layout (packable() is false)");
-  const std::size_t bytes = checks::matrix_bytes(f, rows, cols, fn);
+  return checks::matrix_bytes(f, rows, cols, fn);
+}
+
+// ... and the two buffers of pack / unpack: non-null, not overlapping.
+void check_pack_args(Format f, const void* a, const char* an, std::int64_t rows, std::int64_t cols,
+                     const void* b, const char* bn, const char* fn) {
+  const std::size_t bytes = check_packable(f, rows, cols, fn);
   checks::check_ptr(a, an, bytes > 0, fn);
   checks::check_ptr(b, bn, bytes > 0, fn);
   if (bytes > 0 && b != nullptr) {
@@ -91,10 +97,7 @@ void unpack(const Context& ctx, Format f, const void* P, std::int64_t rows, std:
 
 PackedWeights PackedWeights::view(Format f, const void* packed, std::int64_t rows,
                                   std::int64_t cols) {
-  checks::check_format(f, "PackedWeights::view");
-  if (!detail::pack_layout(f))
-    detail::fail("PackedWeights::view: format ", traits(f).name, " has no packed layout");
-  const std::size_t bytes = checks::matrix_bytes(f, rows, cols, "PackedWeights::view");
+  const std::size_t bytes = check_packable(f, rows, cols, "PackedWeights::view");
   checks::check_ptr(packed, "packed", bytes > 0, "PackedWeights::view");
   PackedWeights w;
   w.format_ = f;
@@ -107,21 +110,13 @@ PackedWeights PackedWeights::view(Format f, const void* packed, std::int64_t row
 
 PackedWeights pack(const Context& ctx, Format f, const void* W, std::int64_t rows,
                    std::int64_t cols) {
-  checks::check_format(f, "pack");
-  if (!detail::pack_layout(f))
-    detail::fail("pack: format ", traits(f).name, " has no packed layout (packable() is false)");
-  const std::size_t bytes = checks::matrix_bytes(f, rows, cols, "pack");
+  const std::size_t bytes = check_packable(f, rows, cols, "pack");
   checks::check_ptr(W, "W", bytes > 0, "pack");
   std::shared_ptr<std::uint8_t> buf(
       new (std::align_val_t(64)) std::uint8_t[bytes > 0 ? bytes : 1],
       [](std::uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
   pack(ctx, f, W, rows, cols, buf.get());
-  PackedWeights w;
-  w.format_ = f;
-  w.rows_ = rows;
-  w.cols_ = cols;
-  w.data_ = buf.get();
-  w.bytes_ = bytes;
+  PackedWeights w = PackedWeights::view(f, buf.get(), rows, cols);
   w.owner_ = std::move(buf);
   return w;
 }

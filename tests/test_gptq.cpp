@@ -20,9 +20,12 @@
 #include "nibble/quant/rtn.hpp"
 #include "nibble/formats/q2_k.hpp"
 #include "nibble/formats/q3_k.hpp"
+#include "nibble/formats/q4_0.hpp"
 #include "nibble/formats/q4_k.hpp"
+#include "nibble/formats/q5_0.hpp"
 #include "nibble/formats/q5_k.hpp"
 #include "nibble/formats/q6_k.hpp"
+#include "nibble/formats/q8_0.hpp"
 
 using nibble::Hessian;
 namespace gptq = nibble::gptq;
@@ -657,12 +660,88 @@ TEST(GptqKQuant, DiagonalHessianReducesToTheWeightedReferenceQ2KQ3K) {
       nibble::Format::q4_K, nibble::ref::quantize_q4_K_imatrix, nibble::ref::dequantize_q4_K);
 }
 
+namespace {
+// Legacy 32-value formats: GPTQ against the reference quantizer on the same layer.
+template <class Block>
+void check_legacy_gptq(nibble::Format f, const char* name,
+                       void (*plain)(const float*, Block*, std::int64_t),
+                       void (*weighted)(const float*, Block*, std::int64_t, const float*),
+                       void (*deq)(const Block*, float*, std::int64_t), double max_ratio) {
+  nibble_test::LayerSpec spec;  // 256 x 512
+  const auto L = nibble_test::make_layer(spec);
+  const Eigen::MatrixXf H = hessian_of(L.X);
+  const int rows = static_cast<int>(L.W.rows()), cols = static_cast<int>(L.W.cols()),
+            nb = cols / 32;
+  const RowMajorXf Wr = L.W;
+  std::vector<Block> rb(static_cast<std::size_t>(rows) * nb);
+  RowMajorXf R(rows, cols), G(rows, cols);
+  for (int r = 0; r < rows; ++r) {
+    plain(Wr.data() + std::int64_t(r) * cols, rb.data() + r * nb, cols);
+    deq(rb.data() + r * nb, R.data() + std::int64_t(r) * cols, cols);
+  }
+  const auto bytes = gptq::quantize_blocks(f, L.W, H, gptq::Config{});
+  ASSERT_EQ(bytes.size(), rb.size() * sizeof(Block));
+  const Block* gb = reinterpret_cast<const Block*>(bytes.data());
+  for (int r = 0; r < rows; ++r) deq(gb + r * nb, G.data() + std::int64_t(r) * cols, cols);
+  const double e_r = rtn::relative_output_error(L.W, R, L.X);
+  const double e_g = rtn::relative_output_error(L.W, G, L.X);
+  std::printf("  %s: RTN %.4e, GPTQ %.4e (ratio %.3f)\n", name, e_r, e_g, e_g / e_r);
+  EXPECT_LT(e_g / e_r, max_ratio);
+  if (weighted) {
+    // Also better than the importance-weighted rounding with diag(H) (llama-quantize + imatrix).
+    const Eigen::VectorXf dh = H.diagonal();
+    RowMajorXf I(rows, cols);
+    for (int r = 0; r < rows; ++r) {
+      weighted(Wr.data() + std::int64_t(r) * cols, rb.data() + r * nb, cols, dh.data());
+      deq(rb.data() + r * nb, I.data() + std::int64_t(r) * cols, cols);
+    }
+    const double e_i = rtn::relative_output_error(L.W, I, L.X);
+    std::printf("  %s: imatrix(diag H) %.4e\n", name, e_i);
+    EXPECT_LT(e_g, e_i);
+  }
+  // The first block of every row keeps the scale the reference picks on the unchanged weights
+  // (no error has been propagated into it yet): Q8_0's plain choice, Q5_0/Q4_0's importance-
+  // weighted one with the damped diagonal of H (percdamp 0.01) as importance.
+  std::vector<float> imp(32);
+  const float damp = 0.01f * H.diagonal().mean();
+  for (int k = 0; k < 32; ++k) imp[static_cast<std::size_t>(k)] = H(k, k) + damp;
+  for (int r = 0; r < rows; ++r) {
+    Block b;
+    if (weighted)
+      weighted(Wr.data() + std::int64_t(r) * cols, &b, 32, imp.data());
+    else
+      plain(Wr.data() + std::int64_t(r) * cols, &b, 32);
+    EXPECT_EQ(gb[r * nb].d, b.d) << name << " row " << r;
+  }
+}
+}  // namespace
+
+TEST(GptqLegacy, BeatsRtnQ8_0) {
+  check_legacy_gptq<nibble::BlockQ8_0>(nibble::Format::q8_0, "Q8_0", nibble::ref::quantize_q8_0,
+                                       nullptr, nibble::ref::dequantize_q8_0, 0.6);
+}
+
+TEST(GptqLegacy, BeatsRtnQ5_0) {
+  check_legacy_gptq<nibble::BlockQ5_0>(nibble::Format::q5_0, "Q5_0", nibble::ref::quantize_q5_0,
+                                       nibble::ref::quantize_q5_0_imatrix,
+                                       nibble::ref::dequantize_q5_0, 0.6);
+}
+
+TEST(GptqLegacy, BeatsRtnQ4_0) {
+  check_legacy_gptq<nibble::BlockQ4_0>(nibble::Format::q4_0, "Q4_0", nibble::ref::quantize_q4_0,
+                                       nibble::ref::quantize_q4_0_imatrix,
+                                       nibble::ref::dequantize_q4_0, 0.6);
+}
+
 TEST(GptqKQuant, RejectsBadInput) {
   const auto L = tiny_layer(4, 256, 64, 9);
   const Eigen::MatrixXf H = hessian_of(L.X);
   gptq::Config cfg;
-  EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q8_0, L.W, H, cfg), nibble::Error);
+  EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q4_1, L.W, H, cfg), nibble::Error);
   EXPECT_THROW(gptq::quantize_blocks(nibble::Format::iq4_xs, L.W, H, cfg), nibble::Error);
+  const auto T = tiny_layer(4, 48, 64, 9);  // not a multiple of 32
+  EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q8_0, T.W, hessian_of(T.X), cfg),
+               nibble::Error);
   const auto S = tiny_layer(4, 128, 64, 9);
   EXPECT_THROW(gptq::quantize_blocks(nibble::Format::q4_K, S.W, hessian_of(S.X), cfg),
                nibble::Error);

@@ -449,6 +449,8 @@ TEST(LlamaQuantPlan, ShapeFallbacksAndSkippedTensors) {
   EXPECT_EQ(q4m.at("blk.0.attn_v.weight"), Q8_0);
   EXPECT_EQ(q4m.at("blk.0.attn_k.weight"), F16);
   EXPECT_EQ(q4m.at("output.weight"), Q8_0);
+  // Q5_K_S: 288 columns take Q5_1.
+  EXPECT_EQ(plan_types(f, LlamaFtype::q5_K_S).at("blk.0.attn_q.weight"), Q5_1);
   // Q8_0 on 80 columns: llama-quantize has no fallback for Q8_0.
   EXPECT_THROW((void)nibble::plan_llama_quant(f, LlamaFtype::q8_0), nibble::Error);
 }

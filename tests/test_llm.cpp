@@ -1,10 +1,11 @@
 // Tests of the llama-family reference forward pass (nibble/llm/model.hpp), the perplexity / KLD
 // statistics and base-logits file (nibble/llm/perplexity.hpp) and the imatrix writers.
 //
-// The forward pass is compared with a naive double-precision Eigen reference written here
-// independently: it works on the Hugging Face layout (Q/K rows un-permuted the way llama.cpp's
-// converter permutes them) with the "rotate half" rotary embedding, so it also checks that the
-// llama GGUF convention (rope mode 0 on permuted weights) is the same network.
+// The forward pass is compared with a naive double-precision Eigen reference written
+// independently (tests/llm_reference.hpp): it works on the Hugging Face layout (Q/K rows
+// un-permuted the way llama.cpp's converter permutes them) with the "rotate half" rotary embedding,
+// so it also checks that the llama GGUF convention (rope mode 0 on permuted weights) is the same
+// network.
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
@@ -23,124 +24,20 @@
 #include "nibble/llm/model.hpp"
 #include "nibble/llm/perplexity.hpp"
 #include "nibble/nibble.hpp"
+#include "llm_reference.hpp"
 #include "tiny_llama.hpp"
 
 namespace {
 
-using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using nibble::test::Mat;
+using nibble::test::reference_logits;
+using nibble::test::rms;
 using nibble::test::TinyLlama;
+using nibble::test::vec;
+using nibble::test::weight;
 
 std::string tmp_path(const std::string& name) {
   return ::testing::TempDir() + "nibble_llm_" + name;
-}
-
-// Weight tensor as a double matrix (rows = output features).
-Mat weight(const nibble::gguf::File& f, const std::string& name) {
-  const nibble::gguf::TensorInfo* t = f.find_tensor(name);
-  EXPECT_NE(t, nullptr) << name;
-  const std::int64_t cols = t->shape[0], rows = t->rows();
-  std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  nibble::dequantize(nibble::llm::weight_format(t->type, name), t->data, rows, cols, v.data());
-  Mat m(rows, cols);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) m(r, c) = v[static_cast<std::size_t>(r * cols + c)];
-  return m;
-}
-
-Eigen::RowVectorXd vec(const nibble::gguf::File& f, const std::string& name) {
-  Mat m = weight(f, name);
-  return Eigen::Map<Eigen::RowVectorXd>(m.data(), m.size());
-}
-
-// Undo llama.cpp's convert permutation of Q/K rows: GGUF row h*hd + 2i + s holds HF row
-// h*hd + s*hd/2 + i.
-Mat unpermute(const Mat& w, std::int64_t n_heads) {
-  const std::int64_t hd = w.rows() / n_heads;
-  Mat out(w.rows(), w.cols());
-  for (std::int64_t h = 0; h < n_heads; ++h)
-    for (std::int64_t i = 0; i < hd / 2; ++i)
-      for (std::int64_t s = 0; s < 2; ++s)
-        out.row(h * hd + s * hd / 2 + i) = w.row(h * hd + 2 * i + s);
-  return out;
-}
-
-Mat rms(const Mat& x, const Eigen::RowVectorXd& w, double eps) {
-  Mat y(x.rows(), x.cols());
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    const double ms = x.row(t).squaredNorm() / static_cast<double>(x.cols());
-    y.row(t) = x.row(t).cwiseProduct(w) / std::sqrt(ms + eps);
-  }
-  return y;
-}
-
-// Hugging Face rotary embedding ("rotate half") on every head of x (n x heads*hd).
-void rope_hf(Mat& x, std::int64_t heads, double base, double freq_scale) {
-  const std::int64_t hd = x.cols() / heads;
-  for (Eigen::Index t = 0; t < x.rows(); ++t)
-    for (std::int64_t h = 0; h < heads; ++h)
-      for (std::int64_t i = 0; i < hd / 2; ++i) {
-        const double th = freq_scale * static_cast<double>(t) *
-                          std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-        const double a = x(t, h * hd + i), b = x(t, h * hd + i + hd / 2);
-        x(t, h * hd + i) = a * std::cos(th) - b * std::sin(th);
-        x(t, h * hd + i + hd / 2) = b * std::cos(th) + a * std::sin(th);
-      }
-}
-
-// Naive reference logits (n x n_vocab) of the tiny model for `tokens`.
-Mat reference_logits(const std::string& path, const TinyLlama& p,
-                     const std::vector<std::int32_t>& tokens) {
-  const nibble::gguf::File f = nibble::gguf::File::open(path);
-  const bool llama = p.arch == "llama";
-  const std::int64_t n = static_cast<std::int64_t>(tokens.size()), hd = p.n_embd / p.n_head;
-  const double freq_scale = p.rope_linear_factor > 0 ? 1.0 / p.rope_linear_factor : 1.0;
-  const Mat emb = weight(f, "token_embd.weight");
-  Mat x(n, p.n_embd);
-  for (std::int64_t t = 0; t < n; ++t) x.row(t) = emb.row(tokens[static_cast<std::size_t>(t)]);
-  for (std::int64_t l = 0; l < p.n_layer; ++l) {
-    const std::string s = "blk." + std::to_string(l) + ".";
-    Mat h = rms(x, vec(f, s + "attn_norm.weight"), p.rms_eps);
-    Mat wq = weight(f, s + "attn_q.weight"), wk = weight(f, s + "attn_k.weight");
-    if (llama) {
-      wq = unpermute(wq, p.n_head);
-      wk = unpermute(wk, p.n_head_kv);
-    }
-    Mat q = h * wq.transpose(), k = h * wk.transpose(),
-        v = h * weight(f, s + "attn_v.weight").transpose();
-    if (!llama) {
-      q.rowwise() += vec(f, s + "attn_q.bias");
-      k.rowwise() += vec(f, s + "attn_k.bias");
-      v.rowwise() += vec(f, s + "attn_v.bias");
-    }
-    rope_hf(q, p.n_head, p.rope_base, freq_scale);
-    rope_hf(k, p.n_head_kv, p.rope_base, freq_scale);
-    Mat att = Mat::Zero(n, p.n_embd);
-    for (std::int64_t hh = 0; hh < p.n_head; ++hh) {
-      const std::int64_t kvh = hh / (p.n_head / p.n_head_kv);
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::vector<double> w(static_cast<std::size_t>(i + 1));
-        double mx = -1e300, sum = 0;
-        for (std::int64_t j = 0; j <= i; ++j) {
-          w[j] = q.row(i).segment(hh * hd, hd).dot(k.row(j).segment(kvh * hd, hd)) /
-                 std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, w[j]);
-        }
-        for (auto& e : w) sum += (e = std::exp(e - mx));
-        for (std::int64_t j = 0; j <= i; ++j)
-          att.row(i).segment(hh * hd, hd) += w[j] / sum * v.row(j).segment(kvh * hd, hd);
-      }
-    }
-    x += att * weight(f, s + "attn_output.weight").transpose();
-    h = rms(x, vec(f, s + "ffn_norm.weight"), p.rms_eps);
-    Mat g = h * weight(f, s + "ffn_gate.weight").transpose();
-    const Mat u = h * weight(f, s + "ffn_up.weight").transpose();
-    for (Eigen::Index i = 0; i < g.size(); ++i) {
-      g.data()[i] = g.data()[i] / (1.0 + std::exp(-g.data()[i])) * u.data()[i];
-    }
-    x += g * weight(f, s + "ffn_down.weight").transpose();
-  }
-  x = rms(x, vec(f, "output_norm.weight"), p.rms_eps);
-  return x * weight(f, p.tied ? "token_embd.weight" : "output.weight").transpose();
 }
 
 std::vector<std::int32_t> some_tokens(std::int64_t n, std::int64_t n_vocab, std::uint32_t seed) {
@@ -292,6 +189,70 @@ TEST(LlmForward, BadInput) {
   EXPECT_THROW(nibble::llm::Model::load(tmp_path("bad2.gguf")), nibble::Error);
   std::remove(path.c_str());
   std::remove(tmp_path("bad2.gguf").c_str());
+}
+
+TEST(LlmForward, BlockByBlockIsTheSameNetwork) {
+  // embed + forward_block over the blocks reproduces forward() (bit for bit: the same code), and
+  // forward_block runs whatever weights it is given.
+  TinyLlama p;
+  p.n_layer = 3;
+  const std::string path = tmp_path("blocks.gguf");
+  nibble::test::write_tiny_llama(path, p);
+  const nibble::llm::Model m = nibble::llm::Model::load(path);
+  std::remove(path.c_str());
+  const auto tokens = some_tokens(19, p.n_vocab, 4);
+  std::map<std::string, std::vector<float>> whole, blocks;
+  auto capture = [](std::map<std::string, std::vector<float>>& into) {
+    return [&into](const std::string& name, const float* x, std::int64_t n, std::int64_t cols) {
+      into[name].assign(x, x + n * cols);
+    };
+  };
+  m.forward({}, tokens.data(), 19, 0, capture(whole));
+  std::vector<float> x = m.embed({}, tokens.data(), 19);
+  ASSERT_EQ(x.size(), static_cast<std::size_t>(19 * p.n_embd));
+  for (std::int64_t l = 0; l < p.n_layer; ++l) {
+    m.forward_block({}, m.block_weights(l), x.data(), 19, capture(blocks));
+  }
+  EXPECT_EQ(blocks.size(), 3u * 7u);
+  for (const auto& kv : blocks) EXPECT_EQ(kv.second, whole[kv.first]) << kv.first;
+
+  // Other weights: block 0 with attn_v's rows halved (and given another name) changes the
+  // attention output by exactly half of its value part, seen as attn_output's input.
+  nibble::llm::BlockWeights w = m.block_weights(0);
+  std::vector<float> v(static_cast<std::size_t>(w.attn_v.rows * w.attn_v.cols));
+  nibble::dequantize(w.attn_v.format, w.attn_v.data, w.attn_v.rows, w.attn_v.cols, v.data());
+  for (float& e : v) e *= 0.5f;
+  w.attn_v.data = v.data();
+  w.attn_v.format = nibble::Format::f32;
+  w.attn_output.name = "o";
+  std::vector<float> x0 = m.embed({}, tokens.data(), 19);
+  std::map<std::string, std::vector<float>> half;
+  m.forward_block({}, w, x0.data(), 19, capture(half));
+  const std::vector<float>& ref = whole["blk.0.attn_output.weight"];
+  ASSERT_EQ(half["o"].size(), ref.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(half["o"][i], 0.5f * ref[i], 1e-5f);
+
+  // Shapes and formats are checked.
+  EXPECT_THROW(m.block_weights(-1), nibble::Error);
+  EXPECT_THROW(m.block_weights(3), nibble::Error);
+  EXPECT_THROW(m.forward_block({}, m.block_weights(0), x0.data(), 0), nibble::Error);
+  EXPECT_THROW(m.forward_block({}, m.block_weights(0), nullptr, 19), nibble::Error);
+  EXPECT_THROW(m.embed({}, tokens.data(), 0), nibble::Error);
+  nibble::llm::BlockWeights bad = m.block_weights(1);
+  bad.ffn_norm.pop_back();
+  EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
+  bad = m.block_weights(1);
+  bad.ffn_down.cols = p.n_embd;
+  EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
+  bad = m.block_weights(1);
+  bad.attn_q.format = nibble::Format::nf4;  // not a GGUF weight format
+  EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
+  bad = m.block_weights(1);
+  bad.attn_k.data = nullptr;
+  EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
+  bad = m.block_weights(1);
+  bad.attn_v.bias.assign(3, 0.0f);
+  EXPECT_THROW(m.forward_block({}, bad, x0.data(), 19), nibble::Error);
 }
 
 // ---- perplexity / KLD statistics ----

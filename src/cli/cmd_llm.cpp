@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "llm_input.hpp"
 #include "nibble/core/error.hpp"
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
@@ -26,14 +27,9 @@ namespace {
 
 using nibble::detail::fail;
 
-// ---- vocabulary facts and tokenization ----
+}  // namespace
 
-// What the protocols need to know about the vocabulary, read from the GGUF metadata.
-struct VocabInfo {
-  std::int32_t bos = -1;
-  bool add_bos = false;
-  bool add_eos = false;
-};
+// ---- vocabulary facts and tokenization (declared in llm_input.hpp) ----
 
 VocabInfo vocab_info(const nibble::gguf::File& f) {
   VocabInfo v;
@@ -97,6 +93,8 @@ std::vector<std::int32_t> read_tokens(const std::string& path) {
   }
   return t;
 }
+
+namespace {
 
 // Tokens from --tokens FILE or the text file.
 std::vector<std::int32_t> input_tokens(const nibble::gguf::File& f, const std::string& text_path,

@@ -18,6 +18,7 @@
 
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
+#include "nibble/nibble.hpp"
 
 namespace nibble {
 
@@ -130,6 +131,18 @@ std::vector<TensorPlan> plan_llama_quant(const gguf::File& in, LlamaFtype ftype,
 /// Metadata of the calibration file is ignored. Weights without an entry are quantized by rtn.
 enum class QuantMethod { rtn, gptq, awq };
 
+/// Output bytes of one tensor computed outside quantize_model (see QuantizeOptions::source).
+struct SourcedTensor {
+  std::vector<std::uint8_t>
+      bytes;                ///< exactly the output tensor's bytes (type and shape of the plan)
+  bool calibrated = false;  ///< counted in QuantizeSummary::calibrated
+};
+
+/// Called for every tensor of the plan, in the output order, just before it is written: returns
+/// false to let quantize_model convert or copy the tensor itself, or true after filling `out`.
+/// Exceptions propagate (and no output file is left behind).
+using TensorSource = std::function<bool(const TensorPlan& plan, SourcedTensor& out)>;
+
 /// Options of quantize_model.
 struct QuantizeOptions {
   int threads = 0;                        ///< 0 = all hardware threads
@@ -137,6 +150,9 @@ struct QuantizeOptions {
   std::string imatrix_path;               ///< recorded as quantize.imatrix.file when imatrix is set
   QuantMethod method = QuantMethod::rtn;  ///< gptq/awq need calib_path
   std::string calib_path;                 ///< calibration file (gptq/awq)
+  /// Optional supplier of tensors computed elsewhere (used by the sequential calibration of
+  /// nibble/llm/calibrate.hpp); needs method == rtn. Tensors it declines are converted as usual.
+  TensorSource source;
 };
 
 /// Progress report, sent after each tensor.
@@ -171,6 +187,16 @@ struct QuantizeSummary {
                     : 0.0;
   }
 };
+
+/// The bytes quantize_model writes for a tensor converted by rounding: `values` (mats x rows x
+/// cols f32, row-major) as ggml type `out_type` (f32, f16 or any type a plan can give: bf16,
+/// q4_0, q4_1, q5_0, q5_1, q8_0, q2_K ... q6_K, iq4_nl, iq4_xs; llama's reference quantizers,
+/// byte-identical to llama-quantize), with optional importance weights
+/// (mats x cols, as from an imatrix). Throws nibble::Error for other types, a shape that the
+/// type cannot hold (cols not a multiple of its block), or non-finite values.
+std::vector<std::uint8_t> quantize_tensor(const Context& ctx, std::uint32_t out_type,
+                                          const float* values, std::int64_t mats, std::int64_t rows,
+                                          std::int64_t cols, const float* importance = nullptr);
 
 /// Quantizes the GGUF model at `in_path` into `out_path` like `llama-quantize in out FTYPE`
 /// (see the file comment). Streams tensor by tensor from a memory-mapped input (working set:

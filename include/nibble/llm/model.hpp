@@ -1,9 +1,10 @@
 // nibble: a reference forward pass for llama-family GGUF models (architectures `llama` and
 // `qwen2`), used by `nibble perplexity` and `nibble imatrix`.
 //
-// The model is read from a memory-mapped GGUF file: the weight matrices are used in place (any
-// format nibble has a GEMM for: f32, f16, q8_0, q4_K, q5_K, q6_K) through nibble::gemm; only the
-// small 1-D tensors (norms, biases, rope frequency factors) are copied to fp32. One call of
+// The model is read from a memory-mapped GGUF file: the weight matrices are used in place (the
+// formats nibble quantize writes: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K,
+// q5_K, q6_K, iq4_nl, iq4_xs) through nibble::gemm; only the small 1-D tensors (norms, biases,
+// rope frequency factors) are copied to fp32. One call of
 // forward() processes a whole chunk of tokens at positions 0..n-1 with causal attention, fp32
 // activations, and returns the logits, following llama.cpp's graph for these architectures:
 // RMSNorm (eps from the metadata), grouped-query attention with rotary embeddings (llama: the
@@ -51,6 +52,26 @@ struct Hparams {
 using MatmulObserver = std::function<void(const std::string& weight, const float* x, std::int64_t n,
                                           std::int64_t cols)>;
 
+/// One weight matrix of a block as the forward pass uses it: rows x cols values in `format`
+/// (any format nibble::gemm handles), at `data` (not owned; rows * row_bytes(format, cols)
+/// bytes), plus an optional bias.
+struct LinearWeights {
+  std::string name;  ///< tensor name, reported to the MatmulObserver
+  Format format = Format::f32;
+  const void* data = nullptr;
+  std::int64_t rows = 0;    ///< output features
+  std::int64_t cols = 0;    ///< input features
+  std::vector<float> bias;  ///< empty or `rows` values added to the product
+};
+
+/// The weights of one transformer block: the two RMSNorm weight vectors (n_embd values each)
+/// and the seven matrices. Model::block_weights gives views of the model's own; a caller may
+/// point any of them elsewhere (e.g. at quantized copies) and run Model::forward_block with them.
+struct BlockWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  LinearWeights attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down;
+};
+
 /// A loaded llama-family model. Move-only; keeps its GGUF mapping alive.
 class Model {
  public:
@@ -80,12 +101,33 @@ class Model {
                              std::int64_t first_output = 0,
                              const MatmulObserver& observer = {}) const;
 
+  // Block-level access, for drivers that run the network one block at a time over a batch of
+  // sequences (sequential calibration). forward() is exactly embed(), forward_block() with
+  // block_weights(l) for l = 0 .. n_layer-1, then the output norm and matrix.
+
+  /// The token embeddings of tokens[0..n): n x n_embd floats, row-major. Throws if n < 1 or a
+  /// token id is outside [0, n_vocab).
+  std::vector<float> embed(const Context& ctx, const std::int32_t* tokens, std::int64_t n) const;
+
+  /// Views of block `layer`'s weights in the mapped file (norms copied to fp32). Throws if layer
+  /// is outside [0, n_layer).
+  BlockWeights block_weights(std::int64_t layer) const;
+
+  /// Runs one transformer block with weights `w` in place on the hidden states x of one sequence
+  /// of n tokens at positions 0..n-1 (n x n_embd floats, row-major): x += attention(norm(x)),
+  /// then x += ffn(norm(x)). `observer` (may be empty) sees the input of each of the seven
+  /// products, named after w's LinearWeights::name. Throws if n < 1, x is null, or a norm or
+  /// matrix of `w` does not have the model's shape or a GEMM format.
+  void forward_block(const Context& ctx, const BlockWeights& w, float* x, std::int64_t n,
+                     const MatmulObserver& observer = {}) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-/// nibble format of ggml type id `type` for a weight matrix (f32, f16, q8_0, q4_K, q5_K, q6_K);
+/// nibble format of ggml type id `type` for a weight matrix (f32, f16, bf16, q8_0, q4_0, q4_1,
+/// q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs: every type nibble quantize writes);
 /// throws naming `tensor` for any other type.
 Format weight_format(std::uint32_t type, const std::string& tensor);
 

@@ -68,6 +68,18 @@ std::vector<std::uint8_t> search_blocks(Format f, const Eigen::MatrixXf& W,
                                         const Eigen::MatrixXf& X, const Config& cfg,
                                         Result* result = nullptr);
 
+/// The scale search of search_blocks (with the K-quant reference quantizer as fake quantizer)
+/// from input statistics instead of the inputs themselves, for drivers that cannot keep every
+/// token: `x_mean` (mean |x| per input channel, as activation_mean) and `gram`, X^T X or any
+/// positive multiple of it (a nibble::Hessian's matrix will do); the loss is the output error
+/// sum((D G) .* D), D = W - Q(W s)/s, which ranks the candidates as search_blocks does. Returns
+/// scales and best_ratio, clip_max = the super-block absmax of W * s (no clip search; run
+/// clip_search_blocks on a sample of the scaled inputs), W_eff empty. Throws nibble::Error on
+/// mismatched shapes, non-finite or negative statistics, cols % 256 != 0, a bad cfg, or a format
+/// other than q4_K / q5_K.
+Result search_scales_blocks(Format f, const Eigen::MatrixXf& W, const Eigen::VectorXf& x_mean,
+                            const Eigen::MatrixXf& gram, const Config& cfg);
+
 /// The clip search (3.5) with the K-quant reference quantizer (Format::q4_K or q5_K) as the fake
 /// quantizer and the 256-value super-blocks as clip groups, on already scaled weights Ws
 /// (out x in, in % 256 == 0) and scaled inputs Xs (tokens x in). Returns out x in/256 thresholds.

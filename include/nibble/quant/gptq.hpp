@@ -41,13 +41,18 @@ struct Result {
 /// after damping (Cholesky failure).
 Result quantize(const Eigen::MatrixXf& W, const Eigen::MatrixXf& H, const Config& cfg);
 
-/// GPTQ with K-quant output: Format::q2_K, q3_K, q4_K, q5_K or q6_K. At the start of each
-/// 256-column super-block the block scales are chosen on the current (error-updated) weights by
-/// the format's importance-weighted reference search (importance = the damped diag(H)); every
-/// column is then rounded on that grid and its error propagated with the GPTQ update. Returns
-/// rows * (cols/256) blocks (row-major), dequantizable with nibble::dequantize. cfg.bits,
-/// group_size, sym, static_groups and mse are ignored; act_order is not supported (throws).
-/// Throws as quantize(), plus for other formats or cols % 256 != 0.
+/// GPTQ with GGUF block output: the K-quants Format::q2_K, q3_K, q4_K, q5_K or q6_K, or the
+/// legacy formats q8_0, q5_0, q4_0. At the start of each 256-column super-block the block scales
+/// are chosen on the current (error-updated) weights by the format's importance-weighted
+/// reference search (importance = the damped diag(H)); every column is then rounded on that grid
+/// and its error propagated with the GPTQ update. Returns rows * (cols/256) blocks (row-major),
+/// dequantizable with nibble::dequantize. cfg.bits, group_size, sym, static_groups and mse are
+/// ignored; act_order is not supported (throws). The legacy symmetric formats Format::q8_0, q5_0
+/// and q4_0 (32-value blocks, one scale d, value = d * level) work the same way on 32-column
+/// blocks: d is chosen by the format's reference quantizer on the current weights (q5_0/q4_0:
+/// importance-weighted with the damped diag(H); q8_0 has no search), each column rounded to the
+/// nearest level; cols must then be a multiple of 32 (rows * (cols/32) blocks). Throws as
+/// quantize(), plus for other formats or cols not a multiple of the block width.
 std::vector<std::uint8_t> quantize_blocks(Format f, const Eigen::MatrixXf& W,
                                           const Eigen::MatrixXf& H, const Config& cfg);
 
