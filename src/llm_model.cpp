@@ -9,6 +9,7 @@
 
 #include "dispatch.hpp"
 #include "nibble/core/error.hpp"
+#include "nibble/packed.hpp"
 
 namespace nibble::llm {
 
@@ -95,7 +96,8 @@ Linear linear(const gguf::File& f, const std::string& name, std::int64_t rows, s
   }
   Linear l;
   l.name = name;
-  l.format = weight_format(t->type, name);
+  l.packed = t->packed();  // the reader accepts the packed types of packable formats only
+  l.format = weight_format(gguf::base_type(t->type), name);
   l.data = t->data;
   l.rows = rows;
   l.cols = cols;
@@ -133,6 +135,7 @@ struct Model::Impl {
   Format embd_format = Format::f32;
   const std::uint8_t* embd = nullptr;
   std::size_t embd_row_bytes = 0;
+  bool embd_packed = false;  // token_embd.weight in the packed layout
 
   struct Scratch;
   // Token embeddings of tokens[0..n) into x (n x n_embd); tokens already checked.
@@ -144,7 +147,11 @@ struct Model::Impl {
   void matmul(const Context& ctx, const Linear& w, const float* x, std::int64_t n, float* y,
               const MatmulObserver& obs) const {
     if (obs) obs(w.name, x, n, w.cols);
-    gemm(ctx, w.format, w.data, w.rows, w.cols, x, n, y);
+    if (w.packed) {
+      gemm(ctx, PackedWeights::view(w.format, w.data, w.rows, w.cols), x, n, y);
+    } else {
+      gemm(ctx, w.format, w.data, w.rows, w.cols, x, n, y);
+    }
     if (!w.bias.empty()) {
       for (std::int64_t t = 0; t < n; ++t) {
         float* r = y + t * w.rows;
@@ -314,7 +321,8 @@ Model Model::from_gguf(gguf::File file) {
   }
   hp.n_vocab = te->rows();
   if (hp.n_vocab < 1) fail("llm: empty vocabulary");
-  impl->embd_format = weight_format(te->type, te->name);
+  impl->embd_format = weight_format(gguf::base_type(te->type), te->name);
+  impl->embd_packed = te->packed();
   impl->embd = te->data;
   impl->embd_row_bytes = row_bytes(impl->embd_format, hp.n_embd);
 
@@ -368,9 +376,21 @@ struct Model::Impl::Scratch {
 void Model::Impl::embed(const Context& ctx, const std::int32_t* tokens, std::int64_t n,
                         float* x) const {
   const std::int64_t d = hp.n_embd;
+  const std::int64_t full = hp.n_vocab / kPackedGroupRows * kPackedGroupRows;
   parallel(ctx, n, [&](std::int64_t t) {
-    dequantize(embd_format, embd + static_cast<std::size_t>(tokens[t]) * embd_row_bytes, 1, d,
-               x + t * d);
+    const std::int64_t r = tokens[t];
+    const std::uint8_t* row = embd + static_cast<std::size_t>(r) * embd_row_bytes;
+    std::vector<std::uint8_t> group;
+    if (embd_packed && r < full) {  // packed: the row's 16-row group, unpacked
+      const std::int64_t g0 = r / kPackedGroupRows * kPackedGroupRows;
+      group.resize(static_cast<std::size_t>(kPackedGroupRows) * embd_row_bytes);
+      Context one;
+      one.threads = 1;
+      unpack(one, embd_format, embd + static_cast<std::size_t>(g0) * embd_row_bytes,
+             kPackedGroupRows, d, group.data());
+      row = group.data() + static_cast<std::size_t>(r - g0) * embd_row_bytes;
+    }
+    dequantize(embd_format, row, 1, d, x + t * d);
   });
 }
 
@@ -418,6 +438,10 @@ void check_linear(const LinearWeights& l, std::int64_t rows, std::int64_t cols, 
          rows, " x ", cols);
   }
   if (!l.data) fail("llm: forward_block: ", what, " (", l.name, ") has no data");
+  if (l.packed && !packable(l.format)) {
+    fail("llm: forward_block: ", what, " (", l.name, ") is packed but its format ",
+         traits(l.format).name, " has no packed layout");
+  }
   if (std::find(std::begin(kWeightFormats), std::end(kWeightFormats), l.format) ==
       std::end(kWeightFormats)) {
     fail("llm: forward_block: ", what, " (", l.name, ") has format ", traits(l.format).name,

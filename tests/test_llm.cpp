@@ -20,6 +20,7 @@
 
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
+#include "nibble/io/packed_gguf.hpp"
 #include "nibble/llm/imatrix.hpp"
 #include "nibble/llm/model.hpp"
 #include "nibble/llm/perplexity.hpp"
@@ -115,6 +116,48 @@ TEST(LlmForward, QuantizedWeights) {
   p.weights = nibble::Format::q4_K;
   p.seed = 13;
   EXPECT_LT(logits_error(p, 20, 0, 0, true), 2e-2);
+}
+
+// A `nibble pack`ed model: every matrix packed (the embedding table too: a vocabulary of 300 rows
+// = 18 groups + 12 plain rows), the same embeddings bit for bit and the same logits up to float
+// rounding, at 1 and 3 threads.
+TEST(LlmForward, PackedModelMatchesPlain) {
+  for (bool tied : {false, true}) {
+    TinyLlama p;
+    p.weights = nibble::Format::q8_0;
+    p.n_vocab = 300;
+    p.tied = tied;
+    p.seed = 17;
+    const std::string path = tmp_path("packed_plain.gguf"), packed = tmp_path("packed.x16.gguf");
+    nibble::test::write_tiny_llama(path, p);
+    const nibble::PackGgufSummary s = nibble::pack_gguf(path, packed);
+    EXPECT_EQ(s.converted, 2 * 7 + (tied ? 1 : 2));
+    const nibble::llm::Model a = nibble::llm::Model::load(path);
+    const nibble::llm::Model b = nibble::llm::Model::load(packed);
+    std::remove(path.c_str());
+    std::remove(packed.c_str());
+    const nibble::llm::BlockWeights w = b.block_weights(1);
+    EXPECT_TRUE(w.attn_q.packed && w.attn_k.packed && w.ffn_down.packed);
+    EXPECT_FALSE(a.block_weights(1).attn_q.packed);
+    const auto tokens = some_tokens(40, p.n_vocab, 3);
+    std::vector<std::int32_t> all(300);
+    for (int i = 0; i < 300; ++i) all[i] = i;  // every row of the table, the tail rows included
+    EXPECT_EQ(a.embed({}, all.data(), 300), b.embed({}, all.data(), 300));
+    for (int threads : {1, 3}) {
+      nibble::Context ctx;
+      ctx.threads = threads;
+      const std::vector<float> la = a.forward(ctx, tokens.data(), 40, 5);
+      const std::vector<float> lb = b.forward(ctx, tokens.data(), 40, 5);
+      ASSERT_EQ(la.size(), lb.size());
+      double err = 0, ss = 0;
+      for (std::size_t i = 0; i < la.size(); ++i) {
+        err = std::max(err, std::abs(static_cast<double>(la[i]) - lb[i]));
+        ss += static_cast<double>(la[i]) * la[i];
+      }
+      EXPECT_LT(err / std::sqrt(ss / static_cast<double>(la.size())), 1e-4)
+          << "tied " << tied << " threads " << threads;
+    }
+  }
 }
 
 TEST(LlmForward, ObserverSeesEveryMatmulInput) {
@@ -478,16 +521,24 @@ TEST(LlmImatrix, WritersReadBack) {
 struct Golden {
   const char* file;
   TinyLlama model;
-  double ppl;      // llama-perplexity's Final estimate
-  double ppl_tol;  // relative
-  double kld_max;  // bound on the mean KLD of nibble against llama.cpp's log-probs
+  double ppl;           // llama-perplexity's Final estimate
+  double ppl_tol;       // relative
+  double kld_max;       // bound on the mean KLD of nibble against llama.cpp's log-probs
+  bool packed = false;  // run the `nibble pack`ed file (the same golden values)
 };
 
 void check_golden(const Golden& g) {
   const std::string path = tmp_path(std::string(g.file) + ".gguf");
   nibble::test::write_tiny_llama(path, g.model);
+  if (g.packed) {
+    ASSERT_GT(nibble::pack_gguf(path, path + ".x16").converted, 0);
+    ASSERT_EQ(std::rename((path + ".x16").c_str(), path.c_str()), 0);
+  }
   const nibble::llm::Model m = nibble::llm::Model::load(path);
   std::remove(path.c_str());
+  if (g.packed) {
+    EXPECT_TRUE(m.block_weights(0).attn_q.packed);
+  }
   const std::string kld = std::string(NIBBLE_TEST_DATA_DIR) + "/llm/" + g.file;
   std::FILE* f = std::fopen(kld.c_str(), "rb");
   ASSERT_NE(f, nullptr) << kld;
@@ -545,6 +596,27 @@ TEST(LlmGolden, Q4_KMatchesLlamaPerplexity) {
   p.weights = nibble::Format::q4_K;
   p.seed = 103;
   check_golden({"golden-q4_k.kld", p, 1244.5784, 1e-3, 1e-4});
+}
+
+// The same files packed (`nibble pack`): the same golden perplexities (the packed products have
+// the plain ones' integer sums; only the float steps may be ordered differently).
+TEST(LlmGolden, PackedQ8_0MatchesLlamaPerplexity) {
+  TinyLlama p;
+  p.weights = nibble::Format::q8_0;
+  p.seed = 102;
+  p.tied = true;  // the packed token_embd is the output matrix and the embedding table
+  p.rope_linear_factor = 2.0f;
+  check_golden({"golden-q8_0.kld", p, 3229.8955, 1e-3, 1e-4, true});
+}
+
+TEST(LlmGolden, PackedQ4_KMatchesLlamaPerplexity) {
+  TinyLlama p;
+  p.n_embd = 256;
+  p.n_ff = 256;
+  p.n_layer = 1;
+  p.weights = nibble::Format::q4_K;
+  p.seed = 103;
+  check_golden({"golden-q4_k.kld", p, 1244.5784, 1e-3, 1e-4, true});
 }
 
 TEST(LlmGolden, ImatrixMatchesLlamaImatrix) {

@@ -12,7 +12,11 @@
 // the NEOX mode pairing i and i + n_rot/2), rope frequency base and linear rope scaling from the
 // metadata, optional rope_freqs.weight frequency factors, SwiGLU feed-forward network, and the
 // token embedding reused as output matrix when output.weight is absent. A block matrix's bias
-// (NAME.bias, f32; qwen2's q/k/v biases) is added when the file has one.
+// (NAME.bias, f32; qwen2's q/k/v biases) is added when the file has one. The packed tensors of a
+// `nibble pack`ed file (q8_0.x16, q4_K.x16, q5_K.x16, q6_K.x16: nibble/packed.hpp) run in place
+// through the packed gemm (no copy, no unpacking), the embedding lookup of a packed token_embd
+// unpacks the 16-row group of each token; the logits equal those of the plain file up to float
+// rounding.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +66,7 @@ struct LinearWeights {
   std::int64_t rows = 0;    ///< output features
   std::int64_t cols = 0;    ///< input features
   std::vector<float> bias;  ///< empty or `rows` values added to the product
+  bool packed = false;      ///< data is in the packed layout (nibble/packed.hpp; format packable)
 };
 
 /// The weights of one transformer block: the two RMSNorm weight vectors (n_embd values each)
