@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nibble/core/error.hpp"
+#include "nibble/core/types.hpp"
 #include "nibble/io/gguf.hpp"
 #include "nibble/io/imatrix.hpp"
 
@@ -446,4 +447,19 @@ TEST(Imatrix, GgufFormatDividesByCounts) {
   EXPECT_EQ(m.chunks, 9);
   EXPECT_EQ(m.datasets, (std::vector<std::string>{"d1", "d2"}));
   EXPECT_EQ(m.entries.at("blk.0.ffn_down.weight"), (std::vector<float>{1, 2, 3, 1, 1, 1}));
+}
+
+// Every nibble format with a GGUF type id is known to the reader with the same block geometry
+// (mxfp4, id 39, was missing: files with mxfp4 tensors were rejected).
+TEST(Gguf, ReaderKnowsEveryFormatsTypeId) {
+  for (int k = 0; k <= static_cast<int>(nibble::kLastFormat); ++k) {
+    const nibble::FormatTraits t = nibble::traits(static_cast<nibble::Format>(k));
+    if (t.gguf_type < 0) continue;
+    const nibble::gguf::TypeInfo ti =
+        nibble::gguf::type_info(static_cast<std::uint32_t>(t.gguf_type));
+    ASSERT_NE(ti.name, nullptr) << t.name << " (GGUF type " << t.gguf_type << ")";
+    EXPECT_STREQ(ti.name, t.name);
+    EXPECT_EQ(ti.block_elems, t.block_elems) << t.name;
+    EXPECT_EQ(ti.block_bytes, t.block_bytes) << t.name;
+  }
 }
