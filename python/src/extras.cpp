@@ -49,10 +49,9 @@ namespace {
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 [[maybe_unused]] nibble::Format format_by_name(const std::string& name) {
-  for (nibble::Format f : {nibble::Format::q4_K, nibble::Format::q5_K, nibble::Format::q6_K,
-                           nibble::Format::q8_0, nibble::Format::f32, nibble::Format::f16,
-                           nibble::Format::q8_K, nibble::Format::nf4, nibble::Format::fp4}) {
-    if (name == nibble::traits(f).name) return f;
+  for (int k = 0; k <= static_cast<int>(nibble::kLastFormat); ++k) {
+    const auto f = static_cast<nibble::Format>(k);
+    if (nibble::format_implemented(f) && name == nibble::traits(f).name) return f;
   }
   throw py::value_error("unknown format '" + name + "'");
 }
@@ -408,7 +407,9 @@ void bind_extras(py::module_& m) {
       },
       py::arg("format"), py::arg("W"), py::arg("H"), py::arg("block_size") = 128,
       py::arg("percdamp") = 0.01f,
-      "GPTQ into K-quant blocks (q4_K / q5_K / q6_K). Returns uint8 (rows, row_bytes).");
+      "GPTQ into GGUF blocks (q2_K / q3_K / q4_K / q5_K / q6_K; q8_0 / q5_0 / q4_0). Returns "
+      "uint8\n"
+      "(rows, row_bytes).");
 #endif
 
 #if defined(NIBBLE_PY_AWQ)

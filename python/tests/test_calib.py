@@ -116,5 +116,13 @@ def test_gptq_kquant_blocks():
 
     rtn = nibble.dequantize(nibble.quantize(W, "q4_K"), "q4_K", W.shape)
     assert out_err(Q) < out_err(rtn)
+    # the low-bit K-quants: GPTQ on their grid beats plain rounding too
+    for fmt in ("q2_K", "q3_K"):
+        bq = nibble.gptq.quantize_blocks(fmt, W, h.matrix)
+        assert bq.shape == (out, nibble.row_bytes(fmt, cols))
+        r = nibble.dequantize(nibble.quantize(W, fmt), fmt, W.shape)
+        assert out_err(nibble.dequantize(bq, fmt, W.shape)) < out_err(r)
     with pytest.raises(ValueError):
-        nibble.gptq.quantize_blocks("q3_K", W, h.matrix)
+        nibble.gptq.quantize_blocks("no_such_format", W, h.matrix)
+    with pytest.raises(nibble.Error):  # a format without a GPTQ grid
+        nibble.gptq.quantize_blocks("iq4_nl", W, h.matrix)
