@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,50 @@ struct GemmJob {
   std::size_t a_row_bytes;
   float* Y;
   std::int64_t chunk;
+};
+
+// Per-thread scratch for the activation rows of one call, reused across calls: a decode step then
+// neither allocates nor zero-fills (measured: 1-2 us per call, 5-10% of a GEMV over an
+// L2-resident 4096-column matrix). Two slots per thread (quantized and re-laid-out activations).
+// A call that finds its slot in use (a caller's pool that runs other work on this thread while it
+// waits), or that needs more than kKeepBytes, gets a buffer of its own, freed when it returns.
+class ActScratch {
+ public:
+  static constexpr std::size_t kKeepBytes = std::size_t{8} << 20;
+  explicit ActScratch(int slot) : slot_(slot) {}
+  ActScratch(const ActScratch&) = delete;
+  ActScratch& operator=(const ActScratch&) = delete;
+  ~ActScratch() {
+    if (held_) held_->busy = false;
+  }
+  std::uint8_t* get(std::size_t bytes) {
+    Slot& s = slots()[slot_];
+    if (!held_ && !s.busy && bytes <= kKeepBytes) {
+      if (bytes > s.cap) {
+        s.buf.reset(new std::uint8_t[bytes]);
+        s.cap = bytes;
+      }
+      s.busy = true;
+      held_ = &s;
+      return s.buf.get();
+    }
+    own_.reset(new std::uint8_t[bytes]);
+    return own_.get();
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<std::uint8_t[]> buf;
+    std::size_t cap = 0;
+    bool busy = false;
+  };
+  static Slot* slots() {
+    thread_local Slot s[2];
+    return s;
+  }
+  int slot_;
+  Slot* held_ = nullptr;
+  std::unique_ptr<std::uint8_t[]> own_;
 };
 
 void gemm_task(void* arg, std::int64_t i) {
@@ -171,7 +216,7 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
   // Activations: quantized once, shared by every task.
   const Format af = traits(f).activation;
-  std::vector<std::uint8_t> abuf;
+  ActScratch abuf(0), rbuf(1);
   const void* A = X;
   std::size_t arb = static_cast<std::size_t>(cols) * 4;
   if (af != Format::f32) {
@@ -180,17 +225,16 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
       q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
     if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
     arb = row_size(af, cols);
-    abuf.resize(arb * static_cast<std::size_t>(n));
-    for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, abuf.data() + j * arb);
-    A = abuf.data();
+    std::uint8_t* a = abuf.get(arb * static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, a + j * arb);
+    A = a;
   }
-  std::vector<std::uint8_t> rbuf;
   if (k.act_relayout) {
     const std::size_t rb = k.act_bytes(cols);
-    rbuf.resize(rb * static_cast<std::size_t>(n));
+    std::uint8_t* r = rbuf.get(rb * static_cast<std::size_t>(n));
     for (std::int64_t j = 0; j < n; ++j)
-      k.act_relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, rbuf.data() + j * rb);
-    A = rbuf.data();
+      k.act_relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, r + j * rb);
+    A = r;
     arb = rb;
   }
   GemmJob job{k, W, row_size(f, cols), rows, cols, n, A, arb, Y, 0};
