@@ -21,6 +21,14 @@
 #include <arm_neon.h>
 #endif
 
+/// For small helpers of hot loops that GCC's inliner may leave out of line when the caller is
+/// large (an out-of-line helper spills every vector around the call).
+#if defined(__GNUC__)
+#define NIBBLE_K_INLINE inline __attribute__((always_inline))
+#else
+#define NIBBLE_K_INLINE inline
+#endif
+
 namespace nibble::kernels {
 namespace {
 

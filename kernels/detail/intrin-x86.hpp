@@ -425,7 +425,7 @@ struct Table16I16 {
     lo = table16<Tag>(l);
     hi = table16<Tag>(h);
   }
-  VI16<Tag> lookup(const VU16<Tag>& idx) const {
+  NIBBLE_K_INLINE VI16<Tag> lookup(const VU16<Tag>& idx) const {
     static_assert(kWords, "16-bit lane lookups need AVX-512 BW");
     if constexpr (Tag::bytes == 64) {
 #if defined(__AVX512BW__)
@@ -437,7 +437,7 @@ struct Table16I16 {
 #endif
     }
   }
-  void lookup_bytes(const VU8<Tag>& idx, VI16<Tag>& a, VI16<Tag>& b) const {
+  NIBBLE_K_INLINE void lookup_bytes(const VU8<Tag>& idx, VI16<Tag>& a, VI16<Tag>& b) const {
     const VI8<Tag> l = lookup16<Tag>(lo, idx), h = lookup16<Tag>(hi, idx);
     if constexpr (Tag::bytes == 64) {
 #if defined(__AVX512BW__)
