@@ -91,7 +91,8 @@ void nf4_dequant_simd(const void* src, std::int64_t n, float* dst) {
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// NF4 / FP4 GEMV body, written once over the ISA tag. The code bytes are loaded as they are
+/// NF4 / FP4 fp32 GEMV body (the GEMV on NEON; on x86 the exact path, gemm_exact, next to the
+/// int16 Nf4IntGemv), written once over the ISA tag. The code bytes are loaded as they are
 /// stored, a register of 32-bit lanes at a time (AVX-512: one block of each of two rows, AVX2:
 /// one block, NEON: half a block); the 8 nibbles of every lane are consumed by 8 right shifts,
 /// each indexing the code book held in registers (Book16 uses the low 4 bits of each lane), so
@@ -428,7 +429,8 @@ struct Nf4IntTag<Avx512VnniTag> {
 #endif
 
 /// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
-/// fp32 rows in front of the re-laid-out activations) for n > 1.
+/// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
+/// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.
 template <class Tag, bool Fp4>
 struct Nf4X86 {
   using G = Nf4IntGemv<typename Nf4IntTag<Tag>::type, Fp4>;
@@ -458,6 +460,9 @@ void register_4bit(KernelTable& t) {
     k.gemm = &Nf4X86<Tag, Fp4>::gemm;
     k.act_bytes = &Nf4X86<Tag, Fp4>::G::act_bytes;
     k.act_relayout = &Nf4X86<Tag, Fp4>::G::relayout;
+    k.gemm_exact = &Nf4FloatGemv<Tag, Fp4>::gemm;
+    k.act_bytes_exact = &Nf4FloatGemv<Tag, Fp4>::act_bytes;
+    k.act_relayout_exact = &Nf4FloatGemv<Tag, Fp4>::relayout;
 #elif defined(NIBBLE_K_NEON)
     k.gemm = &Nf4FloatGemv<Tag, Fp4>::gemm;
     k.act_bytes = &Nf4FloatGemv<Tag, Fp4>::act_bytes;

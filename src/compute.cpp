@@ -212,8 +212,13 @@ void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg
 void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
               std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y) {
   if (rows == 0 || n == 0) return;
-  const kernels::FormatKernels k = merged(t, f);
+  kernels::FormatKernels k = merged(t, f);
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
+  if (ctx.exact_nf4 && k.gemm_exact) {
+    k.gemm = k.gemm_exact;
+    k.act_bytes = k.act_bytes_exact;
+    k.act_relayout = k.act_relayout_exact;
+  }
   // Activations: quantized once, shared by every task.
   const Format af = traits(f).activation;
   ActScratch abuf(0), rbuf(1);

@@ -290,6 +290,18 @@ TEST_P(BasicKernels, GemmMatchesEigenAndScalar) {
         for (std::size_t i = 0; i < vs.y.size(); ++i) vs.y[i] = sca[i];
         nt::expect_close(got, vs, 2 * kRtol, extra, what + " vs scalar");
       }
+      // The exact variant (fp32 activations), where the table has one: within the fp32
+      // tolerance of Eigen for every n.
+      if (nt::fmt_kernels(table(), f).gemm_exact) {
+        nibble::kernels::KernelTable exact = table();
+        nibble::kernels::FormatKernels& e = exact.fmt[static_cast<int>(f)];
+        e.gemm = e.gemm_exact;
+        e.act_bytes = e.act_bytes_exact;
+        e.act_relayout = e.act_relayout_exact;
+        const std::vector<float> ge =
+            nt::gemm_raw(exact, f, q.data(), s.rows, s.cols, a.data(), arb, s.n, 0, s.rows);
+        nt::expect_close(ge, ref, kRtol, 0.0, what + " exact vs Eigen");
+      }
       // A sub-range of rows gives the same bits as the full range.
       if (s.rows >= 3) {
         const std::int64_t r0 = 1, r1 = s.rows - 1;
