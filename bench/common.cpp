@@ -36,7 +36,7 @@ const std::vector<int>& thread_counts() {
 const std::vector<nibble::Format>& weight_formats() {
   using nibble::Format;
   static const std::vector<Format> f = {Format::f32,  Format::f16,  Format::q8_0, Format::q4_K,
-                                        Format::q5_K, Format::q6_K, Format::nf4};
+                                        Format::q5_K, Format::q6_K, Format::nf4,  Format::fp4};
   return f;
 }
 
@@ -295,7 +295,7 @@ double product_tolerance(nibble::Format f) {
     case nibble::Format::f16:
     case nibble::Format::nf4:
     case nibble::Format::fp4:
-      return 1e-3;  // fp32 activations, fp32 accumulation
+      return 1e-3;  // fp32 activations (NF4/FP4 GEMV on x86: int16), fp32 accumulation
     default:
       return 2e-2;  // activations quantized to 8 bits (q8_0 / q8_K)
   }

@@ -61,6 +61,19 @@ struct Avx512VnniTag {
   static constexpr bool vnni = true, dotprod = false;
 };
 #endif
+/// The 256-bit view of an AVX-512 tag: 32-byte vectors with the AVX-512 BW/VL (and VNNI)
+/// instructions, for bodies whose inner loop runs faster on ymm registers (Zen 4 executes a zmm
+/// instruction as two 256-bit halves, and some zmm forms, e.g. broadcasts from memory, take a
+/// shuffle slot that the ymm forms do not; measured for the NF4 GEMV). `Base` is the AVX-512 tag.
+template <class Base>
+struct Avx512YmmTag {
+  using xarch = xsimd::fma3<xsimd::avx2>;
+  static constexpr Isa isa = Base::isa;
+  static constexpr const char* name = Base::name;
+  static constexpr int bytes = 32;
+  static constexpr bool vnni = Base::vnni, dotprod = false;
+  static constexpr bool evex = true;  ///< AVX-512 BW/VL instructions on 32-byte vectors
+};
 #endif
 #if defined(__aarch64__)
 /// AArch64 Advanced SIMD: 16-byte vectors, int8 dots by smull + sadalp.

@@ -1,9 +1,15 @@
 // nibble: NF4 / FP4 kernels (BlockNF4: fp32 absmax + 32 bytes, 64 values, element 2i in the
 // high nibble of byte i). Weight value = codebook[code] * absmax, exactly the reference
-// dequantization; the GEMM is the float-activation GEMM of f32-inl.hpp with a decoder that
-// looks the 16-entry code book up in registers (vpermps on AVX-512, two vpermps + blend on
-// AVX2, tbl on NEON) and multiplies by the block's absmax.
+// dequantization. The GEMM (n > 1) is the float-activation GEMM of f32-inl.hpp with a decoder
+// that looks the 16-entry code book up in registers (vpermps on AVX-512, two vpermps + blend on
+// AVX2, tbl on NEON) and multiplies by the block's absmax. The GEMV (n = 1) on x86 is an int16
+// dot product (Nf4IntGemv: code book and activations rounded to int16, one float scale per
+// block); on NEON, and as the exact reference path, the float GEMV body Nf4FloatGemv.
 #pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "nibble/formats/nf4.hpp"
 #include "nibble/kernels/f32-inl.hpp"
@@ -85,7 +91,8 @@ void nf4_dequant_simd(const void* src, std::int64_t n, float* dst) {
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// NF4 / FP4 GEMV body, written once over the ISA tag. The code bytes are loaded as they are
+/// NF4 / FP4 fp32 GEMV body (the GEMV on NEON; on x86 the exact path, gemm_exact, next to the
+/// int16 Nf4IntGemv), written once over the ISA tag. The code bytes are loaded as they are
 /// stored, a register of 32-bit lanes at a time (AVX-512: one block of each of two rows, AVX2:
 /// one block, NEON: half a block); the 8 nibbles of every lane are consumed by 8 right shifts,
 /// each indexing the code book held in registers (Book16 uses the low 4 bits of each lane), so
@@ -94,7 +101,7 @@ void nf4_dequant_simd(const void* src, std::int64_t n, float* dst) {
 /// order of the shifts (act_relayout: the plain row, then the prepared row; the GEMM for n > 1
 /// reads the plain part).
 template <class Tag, bool Fp4>
-struct Nf4Gemv {
+struct Nf4FloatGemv {
   static constexpr int kW = Tag::bytes;
   static constexpr int kChunk = kW < 32 ? kW : 32;  ///< code bytes of one row per register
   static constexpr int kRB = kW / kChunk;           ///< rows per register
@@ -129,8 +136,8 @@ struct Nf4Gemv {
       return float_gemm<Tag, Nf4Src<typename FloatVec<Tag>::type, Fp4>, Nf4TileShape<Tag>>(
           W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
     }
-    gemv_groups<Nf4Gemv, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                             static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
+    gemv_groups<Nf4FloatGemv, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                  static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
   }
 
   template <int R, int C>
@@ -198,6 +205,249 @@ struct Nf4Gemv {
 
 #endif
 
+/// The int16 code books of the integer GEMV: round(value * kScale), half away from zero. NF4:
+/// kScale = 8191, each entry within 0.5 / 8191 of the exact value (6.1e-5 of the block's absmax);
+/// FP4: kScale = 8064 = 42 * 192, exact (every FP4 value is a multiple of 1/192). kScale keeps
+/// 8 products of |entry| <= kScale with |activation| <= 32767 inside int32 (see Nf4IntGemv).
+template <bool Fp4>
+struct Nf4I16Book {
+  static constexpr float kScale = Fp4 ? 8064.0f : 8191.0f;
+  struct Table {
+    std::int16_t v[16];
+  };
+  static constexpr Table make() {
+    Table t{};
+    for (int i = 0; i < 16; ++i) {
+      const float x = (Fp4 ? ref::fp4_codebook[i] : ref::nf4_codebook[i]) * kScale;
+      t.v[i] = static_cast<std::int16_t>(x < 0 ? x - 0.5f : x + 0.5f);
+    }
+    return t;
+  }
+  static constexpr Table kTable = make();
+};
+
+#if defined(NIBBLE_K_X86)
+
+/// NF4 / FP4 GEMV as an int16 dot product, written once over a 32-byte x86 tag (AVX2, AVX-VNNI,
+/// and the ymm view of the AVX-512 tags, Avx512YmmTag: on Zen 4 the ymm form measured faster).
+///
+/// Activations: act_relayout rounds them to int16 with one scale per group of kG blocks (256
+/// values): x_q = round(x * 32767 / amax_x), amax_x the group's largest |x|, d = amax_x / 32767.
+/// The values of each block are stored in the order in which the weight lookups produce the
+/// code-book entries (elem()), then the d of every group. The plain fp32 row stays in front for
+/// the GEMM (n > 1).
+///
+/// Weights: each block's 32 code bytes give 4 vectors of 16 int16 code-book entries (Nf4I16Book):
+/// with AVX-512 BW, the 16-bit lanes of the code bytes at offsets 0 and 1, shifted by 0 and 4
+/// bits, index vpermw (Table16I16::lookup: 4 lookups and 2 shifts per block); otherwise the low
+/// and high nibbles of the bytes index pshufb on the entries' low and high bytes, unpacked to 16
+/// bits (lookup_bytes). 4 pmaddwd / vpdpwssd give 8 int32 lanes of 8 products each:
+/// |sum| <= 8 * 8191 * 32767 < 2^31, exact. Per block and row: one conversion to float and one
+/// fma with the block's absmax; per group and row one fma with d (a per-block d would cost a
+/// multiply per block and row: measured 7-11% slower); the row's sum is divided by the book scale
+/// at the end.
+///
+/// Result: the product of the dequantized weights with x up to the two roundings (book entries,
+/// activations) and fp32 accumulation: |error| <= sum over blocks of absmax * (0.5 / kScale *
+/// sum |x| + 0.5 * d * sum |book value|) + fp32 rounding. Measured on NF4 matrices (4096 columns;
+/// Gaussian or Student-t weights; Gaussian activations, with 1% outlier channels x20, with two
+/// massive activations): 5e-5 to 2e-4 relative (l2) against the exact product, against 0.09-0.17
+/// for the 4-bit quantization itself. Non-finite activations (which the public API rejects) make
+/// the results of every row NaN.
+template <class Tag, bool Fp4>
+struct Nf4IntGemv {
+  static constexpr int kG = 4;  ///< blocks per activation scale
+  static_assert(Tag::bytes == 32, "the body is laid out for 32-byte vectors");
+  using Book = Nf4I16Book<Fp4>;
+  static constexpr bool kWords = Table16I16<Tag>::kWords;
+  static constexpr int kR = kWords ? 8 : 4;  ///< rows per GEMV group
+  static constexpr float kActMax = 32767.0f;
+
+  /// Block element (0..63) whose activation pairs with int16 lane p of lookup vector v.
+  static constexpr int elem(int v, int p) {
+    if (kWords) {
+      // 16-bit lane p of the codes at offset 0 holds bytes 2p, 2p + 1 (elements 4p + 1 and 4p in
+      // the low and high nibble of the first, 4p + 3 and 4p + 2 of the second); the lanes at
+      // offset 1 start with byte 2p + 1.
+      constexpr int kSub[4] = {1, 0, 3, 2};
+      return 4 * p + kSub[v];
+    }
+    // lookup_bytes: lane p of vector v (v & 1: upper 8 bytes of each 16-byte half) is code byte
+    // 16 * (p / 8) + p % 8 + 8 * (v & 1); v < 2: its low nibble (odd element), else its high.
+    const int byte = 16 * (p / 8) + p % 8 + 8 * (v & 1);
+    return 2 * byte + (v < 2 ? 1 : 0);
+  }
+
+  static std::size_t q_offset(std::int64_t cols) {
+    return (static_cast<std::size_t>(cols) * 4 + 63) / 64 * 64;
+  }
+  static std::size_t d_offset(std::int64_t cols) {
+    return q_offset(cols) + static_cast<std::size_t>(cols) * 2;
+  }
+  /// The d of each block is stored kLanesF times (one float vector), so that the kernel loads
+  /// it as a vector: from a scalar the compiler folds d * absmax into a scalar product and a
+  /// register broadcast, which takes a shuffle slot.
+  static constexpr int kLanesF = Tag::bytes / 4;
+  static std::size_t act_bytes(std::int64_t cols) {
+    return d_offset(cols) + static_cast<std::size_t>((cols / 64 + kG - 1) / kG) * kLanesF * 4;
+  }
+  struct Order {
+    std::uint8_t e[64];  ///< e[16 * v + p] = elem(v, p)
+  };
+  static constexpr Order make_order() {
+    Order o{};
+    for (int v = 0; v < 4; ++v)
+      for (int p = 0; p < 16; ++p) o.e[16 * v + p] = static_cast<std::uint8_t>(elem(v, p));
+    return o;
+  }
+  static constexpr Order kOrder = make_order();
+
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    constexpr int L = VF<Tag>::size;
+    const auto* x = static_cast<const float*>(src);
+    auto* o = static_cast<std::uint8_t*>(dst);
+    std::memcpy(o, x, static_cast<std::size_t>(cols) * 4);
+    auto* q = reinterpret_cast<std::int16_t*>(o + q_offset(cols));
+    auto* d = reinterpret_cast<float*>(o + d_offset(cols));
+    const std::int64_t nb = cols / 64;
+    for (std::int64_t g = 0; g < nb; g += kG, d += kLanesF) {
+      const std::int64_t gn = std::min<std::int64_t>(kG, nb - g);
+      const float* xg = x + 64 * g;
+      VF<Tag> m(0.0f);
+      auto finite = m == m;
+      for (std::int64_t i = 0; i < 64 * gn; i += L) {
+        const VF<Tag> a = xsimd::abs(VF<Tag>::load_unaligned(xg + i));
+        m = xsimd::max(m, a);
+        finite = finite & (a <= VF<Tag>(std::numeric_limits<float>::max()));  // false for NaN
+      }
+      alignas(64) float ml[L];
+      m.store_aligned(ml);
+      float amax = 0.0f;
+      for (int i = 0; i < L; ++i) amax = std::max(amax, ml[i]);
+      if (!xsimd::all(finite) || amax == 0.0f) {
+        std::fill(d, d + kLanesF, amax == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+        std::memset(q, 0, static_cast<std::size_t>(64 * gn) * sizeof(std::int16_t));
+        q += 64 * gn;
+        continue;
+      }
+      std::fill(d, d + kLanesF, amax / kActMax);
+      // |x * id| <= 32767 up to rounding, which nearbyint keeps at 32767. Below 2^-100 the
+      // reciprocal could overflow: scale x by 2^100 first (exact).
+      const float pre = amax < 0x1p-100f ? 0x1p100f : 1.0f;
+      const VF<Tag> id(kActMax / (amax * pre));
+      for (std::int64_t b = 0; b < gn; ++b, q += 64) {
+        const float* xb = xg + 64 * b;
+        alignas(64) std::int32_t t[64];
+        for (int i = 0; i < 64; i += L) {
+          const VF<Tag> v = VF<Tag>::load_unaligned(xb + i) * VF<Tag>(pre);
+          xsimd::nearbyint_as_int(v * id).store_aligned(t + i);
+        }
+        for (int i = 0; i < 64; ++i) q[i] = static_cast<std::int16_t>(t[kOrder.e[i]]);
+      }
+    }
+  }
+
+  /// The 4 vectors of int16 code-book entries of one block's 32 code bytes at c.
+  static NIBBLE_K_INLINE void lookup(const Table16I16<Tag>& t, const std::uint8_t* c,
+                                     VI16<Tag> w[4]) {
+    if constexpr (kWords) {
+      const VU16<Tag> a = loadu<std::uint16_t, Tag>(c);
+      const VU16<Tag> b = as<std::uint16_t>(load_first<Tag>(c + 1, 31));
+      w[0] = t.lookup(a);
+      w[1] = t.lookup(a >> 4);
+      w[2] = t.lookup(b);
+      w[3] = t.lookup(b >> 4);
+    } else {
+      VU8<Tag> lo, hi;
+      split_nibbles<Tag>(loadu<std::uint8_t, Tag>(c), lo, hi);
+      t.lookup_bytes(lo, w[0], w[1]);
+      t.lookup_bytes(hi, w[2], w[3]);
+    }
+  }
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    const Table16I16<Tag> tab(Book::kTable.v);
+    const auto* xq = reinterpret_cast<const std::int16_t*>(A + q_offset(cols));
+    const auto* dq = reinterpret_cast<const float*>(A + d_offset(cols));
+    // Accumulators indexed by constants only (static_for), so that they stay in registers.
+    VF<Tag> acc[R];
+    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
+    for (std::int64_t g = 0; g < nb; g += kG, dq += kLanesF) {
+      const std::int64_t ge = std::min<std::int64_t>(g + kG, nb);
+      VF<Tag> ag[R];  // this group's sum of absmax * (int16 dot)
+      static_for<R>([&](auto rc) { ag[decltype(rc)::value] = VF<Tag>(0.0f); });
+      for (std::int64_t b = g; b < ge; ++b, xq += 64) {
+        VI16<Tag> x[4];
+        for (int v = 0; v < 4; ++v) x[v] = VI16<Tag>::load_unaligned(xq + 16 * v);
+        const std::uint8_t* blk0 = W + static_cast<std::size_t>(b) * kNf4Bytes;
+        static_for<R>([&](auto rc) {
+          constexpr int r = decltype(rc)::value;
+          const std::uint8_t* blk = blk0 + r * wrb;
+          // The next group's rows into L2 while this group computes (gemv_groups); every block:
+          // every other block (a row then advances 72 bytes, more than a line) measured 14 GB/s
+          // against 20 cold, and an L1 prefetch of this row gained nothing.
+          prefetch_l2(blk + far);  // far == 0 for the last group: a harmless hint
+          VI16<Tag> w[4];
+          lookup(tab, blk + 4, w);
+          VI32<Tag> s = madd_i16<Tag>(w[0], x[0]);
+          for (int v = 1; v < 4; ++v) s = dot_i16<Tag>(s, w[v], x[v]);
+          ag[r] = fmadd<Tag>(xsimd::to_float(s), VF<Tag>(ld_f32(blk)), ag[r]);
+        });
+      }
+      const VF<Tag> dg = VF<Tag>::load_unaligned(dq);  // d, repeated (a vector load)
+      static_for<R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        acc[r] = fmadd<Tag>(ag[r], dg, acc[r]);
+      });
+    }
+    static_for<R>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      Y[r] = xsimd::hadd(acc[r]) / Book::kScale;
+    });
+  }
+};
+
+/// The 32-byte tag the integer GEMV body runs on for `Tag`.
+template <class Tag>
+struct Nf4IntTag {
+  using type = Tag;
+};
+#if defined(NIBBLE_K_AVX512)
+template <>
+struct Nf4IntTag<Avx512Tag> {
+  using type = Avx512YmmTag<Avx512Tag>;
+};
+#endif
+#if defined(NIBBLE_K_AVX512VNNI)
+template <>
+struct Nf4IntTag<Avx512VnniTag> {
+  using type = Avx512YmmTag<Avx512VnniTag>;
+};
+#endif
+
+/// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
+/// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
+/// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.
+template <class Tag, bool Fp4>
+struct Nf4X86 {
+  using G = Nf4IntGemv<typename Nf4IntTag<Tag>::type, Fp4>;
+  static void gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                   std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                   std::int64_t ldy) {
+    if (n != 1) {
+      return float_gemm<Tag, Nf4Src<typename FloatVec<Tag>::type, Fp4>, Nf4TileShape<Tag>>(
+          W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    }
+    gemv_groups<G, G::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                          static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
+  }
+};
+
+#endif
+
 template <class Tag, bool Fp4>
 void register_4bit(KernelTable& t) {
   FormatKernels& k = entry(t, Fp4 ? Format::fp4 : Format::nf4);
@@ -206,10 +456,17 @@ void register_4bit(KernelTable& t) {
     k.gemm = &float_gemm_scalar<Nf4Value<Fp4>>;
   } else {
     k.dequant = &nf4_dequant_simd<Tag, Fp4>;
-#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-    k.gemm = &Nf4Gemv<Tag, Fp4>::gemm;
-    k.act_bytes = &Nf4Gemv<Tag, Fp4>::act_bytes;
-    k.act_relayout = &Nf4Gemv<Tag, Fp4>::relayout;
+#if defined(NIBBLE_K_X86)
+    k.gemm = &Nf4X86<Tag, Fp4>::gemm;
+    k.act_bytes = &Nf4X86<Tag, Fp4>::G::act_bytes;
+    k.act_relayout = &Nf4X86<Tag, Fp4>::G::relayout;
+    k.gemm_exact = &Nf4FloatGemv<Tag, Fp4>::gemm;
+    k.act_bytes_exact = &Nf4FloatGemv<Tag, Fp4>::act_bytes;
+    k.act_relayout_exact = &Nf4FloatGemv<Tag, Fp4>::relayout;
+#elif defined(NIBBLE_K_NEON)
+    k.gemm = &Nf4FloatGemv<Tag, Fp4>::gemm;
+    k.act_bytes = &Nf4FloatGemv<Tag, Fp4>::act_bytes;
+    k.act_relayout = &Nf4FloatGemv<Tag, Fp4>::relayout;
 #endif
   }
 }

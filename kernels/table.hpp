@@ -44,6 +44,15 @@ struct FormatKernels {
   void (*gemm_packed)(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                       const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
                       std::int64_t ldy) = nullptr;
+  /// Optional: the same product without rounding the fp32 activations (fp32 products of the
+  /// dequantized weights), for tables whose gemm rounds them (NF4/FP4 GEMV on x86: int16), with
+  /// its own activation re-layout (same contracts as gemm, act_bytes, act_relayout); chosen by
+  /// Context::exact_nf4. Null: gemm is exact already.
+  void (*gemm_exact)(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
+                     std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n,
+                     float* Y, std::int64_t ldy) = nullptr;
+  std::size_t (*act_bytes_exact)(std::int64_t cols) = nullptr;
+  void (*act_relayout_exact)(const void* row, std::int64_t cols, void* dst) = nullptr;
 };
 
 /// All kernels of one ISA.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "nibble/core/error.hpp"
@@ -80,11 +81,24 @@ inline void check_ptr(const void* p, const char* name, bool needed, const char* 
   if (needed && p == nullptr) detail::fail(fn, ": ", name, " is null (expected a valid pointer)");
 }
 
+/// True if x[0..n) holds no NaN/Inf: a branch-free scan that the compiler vectorizes (the check
+/// runs on every gemv; the per-element branch below cost 1-2 us per 4096-column row).
+inline bool all_finite(const float* x, std::int64_t n) {
+  std::uint32_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    bad |= static_cast<std::uint32_t>((u & 0x7F800000u) == 0x7F800000u);
+  }
+  return bad == 0;
+}
+
 /// Throws at the first NaN/Inf of the row-major rows x cols matrix `x`, naming row and column.
 inline void check_finite(const float* x, std::int64_t rows, std::int64_t cols, const char* name,
                          const char* fn) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
+    if (all_finite(row, cols)) continue;
     for (std::int64_t c = 0; c < cols; ++c) {
       if (!std::isfinite(row[c]))
         detail::fail(fn, ": ", name, " row ", r, " col ", c, " = ", row[c],

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,51 @@ struct GemmJob {
   std::size_t a_row_bytes;
   float* Y;
   std::int64_t chunk;
+};
+
+// Per-thread scratch for the activation rows of one call, reused across calls: a decode step then
+// neither allocates nor zero-fills (measured: 1-2 us per call, 5-10% of a GEMV over an
+// L2-resident 4096-column matrix). Three slots per thread (quantized activations, their plain and
+// packed re-layouts). A call that finds its slot in use (a caller's pool that runs other work on
+// this thread while it waits), or that needs more than kKeepBytes, gets a buffer of its own, freed
+// when it returns.
+class ActScratch {
+ public:
+  static constexpr std::size_t kKeepBytes = std::size_t{8} << 20;
+  explicit ActScratch(int slot) : slot_(slot) {}
+  ActScratch(const ActScratch&) = delete;
+  ActScratch& operator=(const ActScratch&) = delete;
+  ~ActScratch() {
+    if (held_) held_->busy = false;
+  }
+  std::uint8_t* get(std::size_t bytes) {
+    Slot& s = slots()[slot_];
+    if (!held_ && !s.busy && bytes <= kKeepBytes) {
+      if (bytes > s.cap) {
+        s.buf.reset(new std::uint8_t[bytes]);
+        s.cap = bytes;
+      }
+      s.busy = true;
+      held_ = &s;
+      return s.buf.get();
+    }
+    own_.reset(new std::uint8_t[bytes]);
+    return own_.get();
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<std::uint8_t[]> buf;
+    std::size_t cap = 0;
+    bool busy = false;
+  };
+  static Slot* slots() {
+    thread_local Slot s[3];
+    return s;
+  }
+  int slot_;
+  Slot* held_ = nullptr;
+  std::unique_ptr<std::uint8_t[]> own_;
 };
 
 void gemm_task(void* arg, std::int64_t i) {
@@ -170,8 +216,7 @@ namespace {
 // The n activation rows of X in the activation format of `f` (quantized once, shared by every
 // task): A/arb point at X itself for fp32 activations, else into `buf`.
 void quantize_activations(const kernels::KernelTable& t, Format f, const float* X, std::int64_t n,
-                          std::int64_t cols, std::vector<std::uint8_t>& buf, const void*& A,
-                          std::size_t& arb) {
+                          std::int64_t cols, ActScratch& buf, const void*& A, std::size_t& arb) {
   const Format af = traits(f).activation;
   A = X;
   arb = static_cast<std::size_t>(cols) * 4;
@@ -181,22 +226,21 @@ void quantize_activations(const kernels::KernelTable& t, Format f, const float* 
     q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
   if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
   arb = row_size(af, cols);
-  buf.resize(arb * static_cast<std::size_t>(n));
-  for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, buf.data() + j * arb);
-  A = buf.data();
+  std::uint8_t* a = buf.get(arb * static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) q(X + j * cols, cols, a + j * arb);
+  A = a;
 }
 
 // The activation rows re-laid out by `relayout` (when non-null) into `buf`.
 void relayout_activations(std::size_t (*bytes)(std::int64_t),
                           void (*relayout)(const void*, std::int64_t, void*), std::int64_t n,
-                          std::int64_t cols, std::vector<std::uint8_t>& buf, const void*& A,
-                          std::size_t& arb) {
+                          std::int64_t cols, ActScratch& buf, const void*& A, std::size_t& arb) {
   if (!relayout) return;
   const std::size_t rb = bytes(cols);
-  buf.resize(rb * static_cast<std::size_t>(n));
+  std::uint8_t* r = buf.get(rb * static_cast<std::size_t>(n));
   for (std::int64_t j = 0; j < n; ++j)
-    relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, buf.data() + j * rb);
-  A = buf.data();
+    relayout(static_cast<const std::uint8_t*>(A) + j * arb, cols, r + j * rb);
+  A = r;
   arb = rb;
 }
 
@@ -244,9 +288,14 @@ void packed_task(void* arg, std::int64_t i) {
 void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const void* W,
               std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n, float* Y) {
   if (rows == 0 || n == 0) return;
-  const kernels::FormatKernels k = merged(t, f);
+  kernels::FormatKernels k = merged(t, f);
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
-  std::vector<std::uint8_t> abuf, rbuf;
+  if (ctx.exact_nf4 && k.gemm_exact) {
+    k.gemm = k.gemm_exact;
+    k.act_bytes = k.act_bytes_exact;
+    k.act_relayout = k.act_relayout_exact;
+  }
+  ActScratch abuf(0), rbuf(1);
   const void* A = nullptr;
   std::size_t arb = 0;
   quantize_activations(t, f, X, n, cols, abuf, A, arb);
@@ -271,7 +320,7 @@ void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f
     k.packed_act_relayout = nullptr;
   }
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
-  std::vector<std::uint8_t> abuf, pbuf, rbuf;
+  ActScratch abuf(0), rbuf(1), pbuf(2);
   const void* A0 = nullptr;
   std::size_t arb0 = 0;
   quantize_activations(t, f, X, n, cols, abuf, A0, arb0);

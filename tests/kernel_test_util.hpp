@@ -314,13 +314,14 @@ inline RefProduct eigen_reference(const float* Wd, std::int64_t rows, std::int64
 
 /// Expects |got - ref.y| <= rtol * ref.scale + atol elementwise; reports the first few misses.
 inline void expect_close(const std::vector<float>& got, const RefProduct& ref, double rtol,
-                         double atol, const std::string& what) {
+                         const std::vector<double>& atol, const std::string& what) {
   ASSERT_EQ(got.size(), ref.y.size()) << what;
+  ASSERT_EQ(atol.size(), ref.y.size()) << what;
   int bad = 0;
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - ref.y[i]);
-    const double tol = rtol * ref.scale[i] + atol;
+    const double tol = rtol * ref.scale[i] + atol[i];
     if (!(err <= tol)) {
       if (++bad <= 5) {
         ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << ref.y[i]
@@ -331,6 +332,51 @@ inline void expect_close(const std::vector<float>& got, const RefProduct& ref, d
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size()
                     << " elements out of tolerance (worst err/scale " << worst << ")";
+}
+inline void expect_close(const std::vector<float>& got, const RefProduct& ref, double rtol,
+                         double atol, const std::string& what) {
+  expect_close(got, ref, rtol, std::vector<double>(ref.y.size(), atol), what);
+}
+
+/// True for the table variants whose NF4/FP4 GEMV (n = 1) is the int16 product of
+/// kernels/nf4-inl.hpp (Nf4IntGemv: x86 SIMD) rather than the fp32 one.
+inline bool nf4_int16_gemv(const std::string& variant) {
+  return variant == "avx2" || variant == "avxvnni" || variant == "avx512" ||
+         variant == "avx512vnni";
+}
+
+/// The rounding bound of that int16 GEMV for Y = X W^T (n x rows, row-major like RefProduct):
+/// per block of 64 weights with absmax a, sum |a| * (sum |x| * 0.5 / 8191 + 0.5 * s *
+/// sum |code-book value|), where 1/8191 is the code book's int16 step (NF4; FP4's entries are
+/// exact) and s = (largest |x| of the activation row) / 32767 the coarsest activation step the
+/// kernel may use (it scales per group of blocks). Scaled by 1.01 for the float steps of the
+/// rounding itself. This is on top of the fp32 accumulation tolerance.
+inline std::vector<double> nf4_int16_bound(const void* W, std::int64_t rows, std::int64_t cols,
+                                           const float* X, std::int64_t n, bool fp4) {
+  const float* book = fp4 ? ref::fp4_codebook : ref::nf4_codebook;
+  const auto* blocks = static_cast<const BlockNF4*>(W);
+  std::vector<double> out(static_cast<std::size_t>(n * rows));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* x = X + j * cols;
+    double xmax = 0;
+    for (std::int64_t k = 0; k < cols; ++k) xmax = std::max(xmax, std::fabs(double(x[k])));
+    const double s = xmax / 32767.0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double t = 0;
+      for (std::int64_t b = 0; b < cols / 64; ++b) {
+        const BlockNF4& blk = blocks[r * (cols / 64) + b];
+        double sx = 0, sb = 0;
+        for (int i = 0; i < 64; ++i) {
+          const int code = (i & 1) ? (blk.qs[i / 2] & 15) : (blk.qs[i / 2] >> 4);
+          sx += std::fabs(double(x[64 * b + i]));
+          sb += std::fabs(double(book[code]));
+        }
+        t += std::fabs(double(blk.absmax)) * (sx * 0.5 / 8191.0 + 0.5 * s * sb);
+      }
+      out[static_cast<std::size_t>(j * rows + r)] = 1.01 * t;
+    }
+  }
+  return out;
 }
 
 /// Expects two float arrays to be bit-identical.

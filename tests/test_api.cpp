@@ -378,6 +378,47 @@ TEST(RoundTrip, Nf4RowsMatchBitsandbytesLayout) {
   }
 }
 
+// nibble::gemv on NF4/FP4: by default within about 1e-4 of the exact product of the dequantized
+// weights (int16 path on x86), with Context::exact_nf4 within fp32 accumulation of it (the
+// bitsandbytes semantics: dequantize, then an fp32 product), on every ISA.
+TEST(RoundTrip, Nf4GemvDefaultAndExact) {
+  const std::int64_t rows = 40, cols = 2048;
+  const std::vector<float> w = llm_matrix(rows, cols, 88);
+  std::mt19937_64 rng(6);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  for (float& v : x) v = g(rng);
+  for (bool fp4 : {false, true}) {
+    const Format f = fp4 ? Format::fp4 : Format::nf4;
+    std::vector<unsigned char> q(static_cast<std::size_t>(rows) * nibble::row_bytes(f, cols));
+    nibble::quantize(f, w.data(), rows, cols, q.data());
+    std::vector<float> wd(w.size());
+    nibble::dequantize(f, q.data(), rows, cols, wd.data());
+    std::vector<double> ref(static_cast<std::size_t>(rows));
+    double rn = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        ref[r] += double(wd[static_cast<std::size_t>(r * cols + c)]) * x[c];
+      rn += ref[r] * ref[r];
+    }
+    for (nibble::Isa isa : nibble::available_isas()) {
+      for (bool exact : {false, true}) {
+        nibble::Context ctx;
+        ctx.isa = isa;
+        ctx.exact_nf4 = exact;
+        std::vector<float> y(static_cast<std::size_t>(rows));
+        nibble::gemv(ctx, f, q.data(), rows, cols, x.data(), y.data());
+        double e = 0;
+        for (std::int64_t r = 0; r < rows; ++r) e += (y[r] - ref[r]) * (y[r] - ref[r]);
+        const double rel = std::sqrt(e / rn);
+        std::printf("%s %-6s exact_nf4 %d: rel l2 error %.2e\n", nibble::traits(f).name,
+                    nibble::isa_name(isa), int(exact), rel);
+        EXPECT_LE(rel, exact ? 2e-6 : 5e-4) << nibble::isa_name(isa) << " exact " << exact;
+      }
+    }
+  }
+}
+
 TEST(RoundTrip, F16UsesRoundToNearestEven) {
   // 1, ties 1 + 2^-11 (between 0x3C00 and 0x3C01) and 1 + 3 * 2^-11 (0x3C01 / 0x3C02),
   // overflow, underflow.

@@ -41,6 +41,11 @@ struct Context {
   int threads = 0;                     ///< 0 = all hardware threads
   ParallelFor parallel_for = nullptr;  ///< optional: the embedding runtime's pool ...
   void* pool = nullptr;                ///< ... and its handle
+  /// NF4/FP4 GEMV (n = 1) on x86 rounds the code book and the activations to int16 (relative
+  /// error about 1e-4 against the exact product, docs/kernels.md). true: the fp32 product of the
+  /// dequantized weights instead (bitsandbytes' semantics; about 2x slower). Other formats and ISAs
+  /// are unaffected.
+  bool exact_nf4 = false;
 };
 
 /// Bytes of one row of `cols` values in format `f`. Throws if cols is negative or not a

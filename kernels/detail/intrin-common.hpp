@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/detail/simd.hpp"
@@ -20,8 +21,22 @@
 #include <arm_neon.h>
 #endif
 
+/// For small helpers of hot loops that GCC's inliner may leave out of line when the caller is
+/// large (an out-of-line helper spills every vector around the call).
+#if defined(__GNUC__)
+#define NIBBLE_K_INLINE inline __attribute__((always_inline))
+#else
+#define NIBBLE_K_INLINE inline
+#endif
+
 namespace nibble::kernels {
 namespace {
+
+/// True for the tags whose 32-byte vectors have the AVX-512 BW/VL instructions (Avx512YmmTag).
+template <class Tag, class = void>
+struct HasEvex : std::false_type {};
+template <class Tag>
+struct HasEvex<Tag, std::void_t<decltype(Tag::evex)>> : std::bool_constant<Tag::evex> {};
 
 /// Family of an ISA tag, for `if constexpr` inside kernel templates.
 enum class Family { scalar, x86, neon };
@@ -62,6 +77,11 @@ struct TagInfo<Avx512VnniTag> {
   static constexpr bool wide = true, vnni = true, dot = false;
 };
 #endif
+template <class Base>
+struct TagInfo<Avx512YmmTag<Base>> {
+  static constexpr Family family = Family::x86;
+  static constexpr bool wide = false, vnni = Base::vnni, dot = false;
+};
 #endif
 #if defined(NIBBLE_K_NEON)
 template <>

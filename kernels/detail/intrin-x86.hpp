@@ -366,6 +366,91 @@ struct Book16 {
   }
 };
 
+/// acc + pmaddwd(a, b): per int32 lane, acc + a[2i] * b[2i] + a[2i+1] * b[2i+1] (vpdpwssd
+/// with VNNI; pmaddwd and an add without). Wraps on int32 overflow: callers bound the sums.
+template <class Tag>
+inline VI32<Tag> dot_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512VNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpwssd_epi32(acc, a, b));
+#endif
+  } else {
+    const __m256i c = acc, x = a, y = b;
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_epi32(c, x, y));
+#elif defined(__AVXVNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_avx_epi32(c, x, y));
+#endif
+    (void)c, (void)x, (void)y;
+  }
+  return acc + madd_i16<Tag>(a, b);
+}
+
+/// The first n bytes at p (0 < n < Tag::bytes) and zeros above; reads nothing past p + n. Only
+/// for tags with byte-masked loads (AVX-512 BW, also on 32-byte vectors: HasEvex).
+template <class Tag>
+inline VU8<Tag> load_first(const void* p, int n) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VU8<Tag>(_mm512_maskz_loadu_epi8((std::uint64_t{1} << n) - 1, p));
+#endif
+  } else {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return VU8<Tag>(_mm256_maskz_loadu_epi8((std::uint32_t{1} << n) - 1, p));
+#endif
+  }
+}
+
+/// A 16-entry int16 table in registers, two ways to look it up:
+///  - lookup(idx): lane i = table[idx[i] & 15] for 16-bit lanes (vpermw; tags with AVX-512 BW:
+///    HasEvex or 64-byte, kWords true);
+///  - lookup_bytes(idx, lo, hi): for byte indices (0..15, one per byte), lo holds the entries of
+///    bytes 0..7 of every 16-byte lane and hi those of bytes 8..15, as 16-bit lanes in byte order
+///    (two pshufb on the low and high bytes of the entries, then unpack; every tag).
+template <class Tag>
+struct Table16I16 {
+  static constexpr bool kWords = Tag::bytes == 64 || HasEvex<Tag>::value;
+  VI16<Tag> w;      ///< the 16 entries (repeated to fill the register)
+  VI8<Tag> lo, hi;  ///< the low and high bytes of the entries, in every 16-byte lane
+  explicit Table16I16(const std::int16_t* t) {
+    alignas(64) std::int16_t rep[Tag::bytes / 2];
+    alignas(16) std::int8_t l[16], h[16];
+    for (int i = 0; i < Tag::bytes / 2; ++i) rep[i] = t[i % 16];
+    for (int i = 0; i < 16; ++i) {
+      const auto u = static_cast<std::uint16_t>(t[i]);
+      l[i] = static_cast<std::int8_t>(u & 0xFF);
+      h[i] = static_cast<std::int8_t>(u >> 8);
+    }
+    w = VI16<Tag>::load_aligned(rep);
+    lo = table16<Tag>(l);
+    hi = table16<Tag>(h);
+  }
+  NIBBLE_K_INLINE VI16<Tag> lookup(const VU16<Tag>& idx) const {
+    static_assert(kWords, "16-bit lane lookups need AVX-512 BW");
+    if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      return VI16<Tag>(_mm512_permutexvar_epi16(idx, w));  // 32-entry: the table twice
+#endif
+    } else {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+      return VI16<Tag>(_mm256_permutexvar_epi16(idx, w));
+#endif
+    }
+  }
+  NIBBLE_K_INLINE void lookup_bytes(const VU8<Tag>& idx, VI16<Tag>& a, VI16<Tag>& b) const {
+    const VI8<Tag> l = lookup16<Tag>(lo, idx), h = lookup16<Tag>(hi, idx);
+    if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      a = VI16<Tag>(_mm512_unpacklo_epi8(l, h));
+      b = VI16<Tag>(_mm512_unpackhi_epi8(l, h));
+#endif
+    } else {
+      a = VI16<Tag>(_mm256_unpacklo_epi8(l, h));
+      b = VI16<Tag>(_mm256_unpackhi_epi8(l, h));
+    }
+  }
+};
+
 /// Zero-extends Tag::bytes / 4 bytes from p to int32 lanes.
 template <class Tag>
 inline VI32<Tag> widen_u8_i32(const void* p) {
