@@ -251,16 +251,18 @@ Weights packed_weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols
   return weight_bytes(w_obj, f, cols);
 }
 
-// gemv(W, format, x, threads=0, isa=None, packed=False) -> y (rows,) float32, y = W x.
+// gemv(W, format, x, threads=0, isa=None, packed=False, exact_nf4=False) -> y (rows,) float32,
+// y = W x.
 py::array gemv(const py::handle& w_obj, const std::string& format, const py::handle& x_obj,
-               int threads, const std::optional<std::string>& isa, bool packed) {
+               int threads, const std::optional<std::string>& isa, bool packed, bool exact_nf4) {
   const Format f = parse_format(format);
   F32Array x = as_f32(x_obj, "x");
   if (x.ndim() != 1) value_error("x has shape " + shape_str(x) + ", expected (cols,)");
   const std::int64_t cols = x.shape(0);
   const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
-  const nibble::Context ctx = make_context(threads, isa);
+  nibble::Context ctx = make_context(threads, isa);
+  ctx.exact_nf4 = exact_nf4;
   py::array_t<float> y(static_cast<py::ssize_t>(rows));
   const void* W = w.data;
   const float* xp = x.data();
@@ -276,16 +278,18 @@ py::array gemv(const py::handle& w_obj, const std::string& format, const py::han
   return std::move(y);
 }
 
-// gemm(W, format, X, threads=0, isa=None, packed=False) -> Y (n, rows) float32, Y = X W^T.
+// gemm(W, format, X, threads=0, isa=None, packed=False, exact_nf4=False) -> Y (n, rows) float32,
+// Y = X W^T.
 py::array gemm(const py::handle& w_obj, const std::string& format, const py::handle& x_obj,
-               int threads, const std::optional<std::string>& isa, bool packed) {
+               int threads, const std::optional<std::string>& isa, bool packed, bool exact_nf4) {
   const Format f = parse_format(format);
   F32Array X = as_f32(x_obj, "X");
   if (X.ndim() != 2) value_error("X has shape " + shape_str(X) + ", expected (n, cols)");
   const std::int64_t n = X.shape(0), cols = X.shape(1);
   const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
-  const nibble::Context ctx = make_context(threads, isa);
+  nibble::Context ctx = make_context(threads, isa);
+  ctx.exact_nf4 = exact_nf4;
   py::array_t<float> Y({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
   const void* W = w.data;
   const float* xp = X.data();
@@ -472,14 +476,15 @@ PYBIND11_MODULE(_nibble, m) {
       "Dequantizes uint8 blocks of `format` to a float32 array of `shape` (cols or (rows, cols)).");
   m.def(
       "gemv", &gemv, py::arg("W"), py::arg("format"), py::arg("x"), py::arg("threads") = 0,
-      py::arg("isa") = py::none(), py::arg("packed") = false,
+      py::arg("isa") = py::none(), py::arg("packed") = false, py::arg("exact_nf4") = false,
       "y = W x. W: uint8 blocks (rows, row_bytes) of `format` (or float32 (rows, cols) for f32),\n"
       "x: (cols,). Returns float32 (rows,). packed=True: W is in the packed layout (from\n"
-      "nibble.pack, or a packed GGUF tensor).");
+      "nibble.pack, or a packed GGUF tensor). exact_nf4=True: NF4/FP4 in fp32 (bitsandbytes'\n"
+      "product) instead of x86's int16 dot (relative error about 1e-4).");
   m.def("gemm", &gemm, py::arg("W"), py::arg("format"), py::arg("X"), py::arg("threads") = 0,
-        py::arg("isa") = py::none(), py::arg("packed") = false,
-        "Y = X W^T. W as in gemv (packed=True: the packed layout), X: (n, cols). Returns float32\n"
-        "(n, rows).");
+        py::arg("isa") = py::none(), py::arg("packed") = false, py::arg("exact_nf4") = false,
+        "Y = X W^T. W as in gemv (packed=True: the packed layout; exact_nf4 as in gemv), X:\n"
+        "(n, cols). Returns float32 (n, rows).");
   m.def(
       "packable", [](const std::string& format) { return nibble::packable(parse_format(format)); },
       py::arg("format"), "True if `format` has a packed layout (q8_0, q4_K, q5_K, q6_K).");
