@@ -175,9 +175,13 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
   const void* A = X;
   std::size_t arb = static_cast<std::size_t>(cols) * 4;
   if (af != Format::f32) {
-    auto q = af == Format::q8_K ? t.quantize_act_q8_K : t.quantize_act_q8_0;
-    if (!q)
-      q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
+    auto pick = [af](const kernels::KernelTable& tt) {
+      return af == Format::q8_K   ? tt.quantize_act_q8_K
+             : af == Format::q8_1 ? tt.quantize_act_q8_1
+                                  : tt.quantize_act_q8_0;
+    };
+    auto q = pick(t);
+    if (!q) q = pick(scalar_table());
     if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
     arb = row_size(af, cols);
     abuf.resize(arb * static_cast<std::size_t>(n));
