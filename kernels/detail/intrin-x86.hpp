@@ -846,20 +846,17 @@ inline VU32<Tag> rows_fields(const std::uint8_t* p, std::size_t wrb) {
     return VU32<Tag>(h);
 #endif
   } else {
-    // One dword gather (lane 4k + r: the dword at the field), then the field's bytes.
-    static_assert(Off + Stride + 4 <= 2 * Stride, "the gathered dwords stay within a step");
-    const int w = static_cast<int>(wrb);
-    const __m256i idx =
-        _mm256_setr_epi32(Off, Off + w, Off + 2 * w, Off + 3 * w, Off + Stride, Off + Stride + w,
-                          Off + Stride + 2 * w, Off + Stride + 3 * w);
-    constexpr int kMask = (1 << R) - 1;
-    const __m256i m = _mm256_setr_epi32(kMask & 1 ? -1 : 0, kMask & 2 ? -1 : 0, kMask & 4 ? -1 : 0,
-                                        kMask & 8 ? -1 : 0, kMask & 1 ? -1 : 0, kMask & 2 ? -1 : 0,
-                                        kMask & 4 ? -1 : 0, kMask & 8 ? -1 : 0);
-    const __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                                  reinterpret_cast<const int*>(p), idx, m, 1);
-    if constexpr (Bytes == 4) return VU32<Tag>(v);
-    return VU32<Tag>(_mm256_and_si256(v, _mm256_set1_epi32(Bytes == 1 ? 0xFF : 0xFFFF)));
+    // Packed in general-purpose registers (measured faster than a dword gather here).
+    std::uint64_t q[4] = {0, 0, 0, 0};  // q[2k + r / 2]: lanes 4k + r, 4k + r + 1
+    for (int k = 0; k < 2; ++k)
+      for (int r = 0; r < R; ++r) {
+        std::uint32_t v = 0;
+        std::memcpy(&v, p + r * wrb + Off + k * Stride, Bytes);
+        q[2 * k + r / 2] |= static_cast<std::uint64_t>(v) << (32 * (r % 2));
+      }
+    return VU32<Tag>(_mm256_setr_epi64x(static_cast<long long>(q[0]), static_cast<long long>(q[1]),
+                                        static_cast<long long>(q[2]),
+                                        static_cast<long long>(q[3])));
   }
 }
 
@@ -889,9 +886,15 @@ inline VF<Tag> rows_f16(const std::uint8_t* p, std::size_t wrb) {
     return VF<Tag>(_mm512_cvtph_ps(_mm512_castsi512_si256(h)));
 #endif
   } else {
-    const __m256i v = rows_fields<Tag, Stride, Off, 2, Avail, R>(p, wrb);
-    const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    return VF<Tag>(_mm256_cvtph_ps(h));
+    std::uint64_t q[2] = {0, 0};  // q[k]: the 4 rows' halves of block k
+    for (int k = 0; k < 2; ++k)
+      for (int r = 0; r < R; ++r) {
+        std::uint16_t h;
+        std::memcpy(&h, p + r * wrb + Off + k * Stride, 2);
+        q[k] |= static_cast<std::uint64_t>(h) << (16 * r);
+      }
+    const __m128i v = _mm_set_epi64x(static_cast<long long>(q[1]), static_cast<long long>(q[0]));
+    return VF<Tag>(_mm256_cvtph_ps(v));
   }
 }
 

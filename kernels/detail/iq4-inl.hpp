@@ -119,7 +119,8 @@ struct IQ4XSSimd {
     return p;
   }
 
-  /// The sub-block scales ls - 32 of register v's lanes (int32 lane i: sub-block v kL + i / 4).
+  /// The sub-block scales ls - 32 of register v's lanes (int32 lane i: sub-block v kL + i / 4;
+  /// without a 4-way dot the scale in both int16 halves of the lane, for pmaddwd).
   /// sc holds the decoded scales of `kHalf` sub-blocks per vector (all 8 on AVX2 / AVX-512: lane
   /// j = sub-block j % 8; NEON: two vectors of 4).
   static constexpr int kScVecs = kW / 4 < 8 ? 2 : 1;
@@ -133,6 +134,7 @@ struct IQ4XSSimd {
       const VU32<Tag> hh =
           shr_var_u32<Tag>(sh, loadu<std::uint32_t, Tag>(pt.shh + 4 * h)) & VU32<Tag>(3u);
       sc[h] = as<std::int32_t>(l | (hh << 4)) - VI32<Tag>(32);
+      if constexpr (!kDot4) sc[h] = (sc[h] & VI32<Tag>(0xFFFF)) | (sc[h] << 16);  // int16 pairs
     }
   }
   static VI32<Tag> reg_scales(const VI32<Tag>* sc, const Patterns& pt, int v) {
@@ -173,16 +175,15 @@ struct IQ4XSSimd {
           const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4);
           const VI8<Tag> alo = loadu<std::int8_t, Tag>(a.a + 2 * v * kW);
           const VI8<Tag> ahi = loadu<std::int8_t, Tag>(a.a + 2 * v * kW + kW);
-          const VI32<Tag> s = reg_scales(sc, pt, v);
+          const VI32<Tag> s = reg_scales(sc, pt, v);  // kDot4: int32; else int16 pairs
           if constexpr (kDot4) {
             const VI32<Tag> init = loadu<std::int32_t, Tag>(a.init + v * (kW / 4));
             const VI32<Tag> t = D::dot_prepped(D::dot_prepped(init, lo, alo), hi, ahi);
             isum = isum + t * s;
           } else {
             // s8 x s8 pair sums (|.| <= 2 * 127 * 127), scaled per int16 pair.
-            const VI16<Tag> s16 = as<std::int16_t>((s & VI32<Tag>(0xFFFF)) | (s << 16));
-            isum = madd_acc_i16<Tag>(isum, madd_s8s8<Tag>(lo, alo), s16);
-            isum = madd_acc_i16<Tag>(isum, madd_s8s8<Tag>(hi, ahi), s16);
+            isum = madd_acc_i16<Tag>(isum, madd_s8s8<Tag>(lo, alo), as<std::int16_t>(s));
+            isum = madd_acc_i16<Tag>(isum, madd_s8s8<Tag>(hi, ahi), as<std::int16_t>(s));
           }
         });
         acc[r] = fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(h2f<Tag>(ld_u16(x)) * a.d), acc[r]);

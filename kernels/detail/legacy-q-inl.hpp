@@ -205,9 +205,10 @@ struct Q32Simd {
   static constexpr int kStepBytes = kG * Fmt::kBytes;  ///< weight bytes of a step (readable)
 
   /// Activations of one step (G blocks), in the order of the weight registers: lo / hi hold the
-  /// activations of the low / high nibbles (lane k: values 0..15 / 16..31 of block k); init the
-  /// starting value -kOff * (sum of the 8 activations) of each int32 lane; d the activation
-  /// scale of each lane's block; s (Q8_1) the block's s.
+  /// activations of the low / high nibbles (lane k: values 0..15 / 16..31 of block k); init
+  /// -kOff * (sum of the block's 32 activations) in each lane of the block (added once to the
+  /// row-interleaved block sums); d the activation scale of each lane's block (MXFP4: half of
+  /// it, see row_scales); s (Q8_1) the block's s.
   struct Prep {
     std::int8_t lo[kW], hi[kW];
     std::int32_t init[kW / 4];
@@ -238,11 +239,11 @@ struct Q32Simd {
         const auto* q = reinterpret_cast<const std::int8_t*>(blk + kAq);
         std::memcpy(p[g].lo + 16 * k, q, 16);
         std::memcpy(p[g].hi + 16 * k, q + 16, 16);
+        int sum = 0;
+        for (int t = 0; t < 32; ++t) sum += q[t];
         for (int l = 0; l < 4; ++l) {
-          int sum = 0;
-          for (int t = 0; t < 4; ++t) sum += q[4 * l + t] + q[16 + 4 * l + t];
           p[g].init[4 * k + l] = -kOff * sum;
-          p[g].d[4 * k + l] = half_to_float(ld_u16(blk));
+          p[g].d[4 * k + l] = half_to_float(ld_u16(blk)) * (Fmt::kE8M0 ? 0.5f : 1.0f);
           p[g].s[4 * k + l] = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
         }
       }
@@ -328,14 +329,13 @@ struct Q32Simd {
   }
 
   /// The weight scales of R rows, row-interleaved: float lane 4k + r = the scale of block k of
-  /// row r (lanes of rows >= R: 0).
+  /// row r (lanes of rows >= R: 0). MXFP4: twice the scale, 2^(e - 127) (e = 0: 2^-127), which
+  /// the halved activation scale of Prep compensates (exactly: powers of two).
   template <int R>
   static VF<Tag> row_scales(const std::uint8_t* p, std::size_t wrb) {
     if constexpr (Fmt::kE8M0) {
       const VU32<Tag> e = rows_fields<Tag, Fmt::kBytes, 0, 1, kStepBytes, R>(p, wrb);
-      const VU32<Tag> bits = xsimd::select(e < VU32<Tag>(2u), VU32<Tag>(0x00200000u) + (e << 21),
-                                           (e - VU32<Tag>(1u)) << 23);
-      return as<float>(bits);
+      return as<float>(xsimd::select(e == VU32<Tag>(0u), VU32<Tag>(0x00400000u), e << 23));
     } else {
       return rows_f16<Tag, Fmt::kBytes, 0, kStepBytes, R>(p, wrb);
     }
@@ -358,20 +358,20 @@ struct Q32Simd {
   static void step(const std::uint8_t* p, std::size_t wrb, const Prep& a, const VI8<Tag>& tbl,
                    VF<Tag>& acc) {
     const VI8<Tag> alo = loadu<std::int8_t, Tag>(a.lo), ahi = loadu<std::int8_t, Tag>(a.hi);
-    const VI32<Tag> init = loadu<std::int32_t, Tag>(a.init);
     VI32<Tag> is[4];
     static_for<4>([&](auto rc) {
       constexpr int r = decltype(rc)::value;
       if constexpr (r < R) {
         VU8<Tag> lo, hi;
         levels(p + r * wrb, tbl, lo, hi);
-        is[r] = dot2(init, lo, alo, hi, ahi);
+        is[r] = dot2(VI32<Tag>(0), lo, alo, hi, ahi);
       } else {
         is[r] = VI32<Tag>(0);
       }
     });
     const VF<Tag> sc = row_scales<R>(p, wrb) * VF<Tag>::load_unaligned(a.d);
-    acc = fmadd<Tag>(xsimd::to_float(interleave_rows(is)), sc, acc);
+    const VI32<Tag> d = interleave_rows(is) + loadu<std::int32_t, Tag>(a.init);
+    acc = fmadd<Tag>(xsimd::to_float(d), sc, acc);
     if constexpr (Fmt::kMin) {
       acc = fmadd<Tag>(rows_f16<Tag, Fmt::kBytes, 2, kStepBytes, R>(p, wrb),
                        VF<Tag>::load_unaligned(a.s), acc);
