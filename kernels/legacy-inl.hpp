@@ -3,8 +3,8 @@
 // Q3_K (integer kernels against Q8_0 / Q8_1 / Q8_K activations, as ggml: detail/legacy-q-inl.hpp,
 // detail/kq23-inl.hpp, detail/iq4-inl.hpp), bf16 (a float path, bf16-inl.hpp) and Q8_1 as a
 // weight format (ggml has no Q8_1 weights: its blocks are decoded with the reference dequantizer,
-// 32 values at a time, into the fp32 FMA tile of f32-inl.hpp). The dequantizers of IQ4_XS,
-// Q2_K, Q3_K and Q8_1 are the scalar reference codecs (bit-identical by construction).
+// 32 values at a time, into the fp32 FMA tile of f32-inl.hpp). Every SIMD dequantizer is
+// bit-identical to the scalar reference codec (the scalar tables use the codec itself).
 #pragma once
 
 #include <cstdint>
@@ -210,12 +210,13 @@ template <class Tag, Format F, float (*Dot)(const std::uint8_t*, const std::uint
           template <class> class K, class Pol>
 void register_kq(KernelTable& t) {
   FormatKernels& k = entry(t, F);
-  k.dequant = &legacy_dequant<F>;
   if constexpr (TagInfo<Tag>::family == Family::scalar) {
+    k.dequant = &legacy_dequant<F>;
     k.gemm = &kq_gemm_scalar<Dot>;
   }
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
   if constexpr (TagInfo<Tag>::family != Family::scalar) {
+    k.dequant = &K<Tag>::dequant;
     k.gemm = &kq_gemm<K<Tag>, &RowsGemm<Tag, Pol>::gemm>;
     k.act_bytes = &K<Tag>::act_bytes;
     k.act_relayout = &K<Tag>::relayout;

@@ -145,6 +145,35 @@ struct IQ4XSSimd {
     }
   }
 
+  /// Dequantize n values (bit-identical to the reference: (d * (ls - 32)) * K).
+  static void dequant(const void* src, std::int64_t n, float* y) {
+    constexpr int kF = kW / 4;
+    const auto* x0 = static_cast<const std::uint8_t*>(src);
+    const VI8<Tag> tbl = table16<Tag>(ref::iq4::kValues);
+    const VU8<Tag> m4(static_cast<std::uint8_t>(0x0F));
+    for (std::int64_t b = 0; b < n / 256; ++b, y += 256) {
+      const std::uint8_t* x = x0 + static_cast<std::size_t>(b) * sizeof(BlockIQ4_XS);
+      alignas(64) std::int8_t v[256];
+      for (int r = 0; r < kNV; ++r) {
+        const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 8 + r * kW);
+        alignas(64) std::int8_t lo[kW], hi[kW];
+        lookup16<Tag>(tbl, q & m4).store_aligned(lo);
+        lookup16<Tag>(tbl, as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4).store_aligned(hi);
+        for (int k = 0; k < kL; ++k) {
+          std::memcpy(v + 32 * (r * kL + k), lo + 16 * k, 16);
+          std::memcpy(v + 32 * (r * kL + k) + 16, hi + 16 * k, 16);
+        }
+      }
+      const float d = h2f<Tag>(ld_u16(x));
+      for (int ib = 0; ib < 8; ++ib) {
+        const VF<Tag> dl(d * static_cast<float>(iq4xs_scale(x, ib) - 32));
+        for (int f = 0; f < 32; f += kF)
+          (dl * xsimd::to_float(widen_i8_i32<Tag>(v + 32 * ib + f)))
+              .store_unaligned(y + 32 * ib + f);
+      }
+    }
+  }
+
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {

@@ -167,6 +167,7 @@ struct Q2Simd {
       p[b].d = in[b].d;
     }
   }
+  static void dequant(const void* src, std::int64_t n, float* y);
   static const typename L::template Patterns<SD::kPairs>& patterns() {
     static const typename L::template Patterns<SD::kPairs> p;
     return p;
@@ -225,8 +226,70 @@ struct Q2Simd {
 };
 
 template <class Tag>
+struct Q3Simd;
+
+/// Dequantizer of Q2_K / Q3_K on a SIMD tag: the 256 signed integer values of a block are made
+/// in registers and stored in value order, then converted per 16-value sub-block with the
+/// reference's float steps (Q2_K: (d * sc) * q - dmin * m; Q3_K: (d * (s - 32)) * v).
+template <class Tag, bool Q3>
+void kq23_dequant(const void* src, std::int64_t n, float* y) {
+  using L = Kq23Layout<Tag>;
+  constexpr int kW = Tag::bytes, kF = kW / 4;
+  const auto* x0 = static_cast<const std::uint8_t*>(src);
+  const VU8<Tag> m3(static_cast<std::uint8_t>(3));
+  constexpr std::size_t kBlock = Q3 ? sizeof(BlockQ3_K) : sizeof(BlockQ2_K);
+  for (std::int64_t b = 0; b < n / 256; ++b, y += 256) {
+    const std::uint8_t* x = x0 + static_cast<std::size_t>(b) * kBlock;
+    alignas(64) std::int8_t v[256];
+    static_for<L::kNV>([&](auto vc) {
+      constexpr int vi = decltype(vc)::value;
+      const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + (Q3 ? 32 : 16) + vi * kW);
+      static_for<4>([&](auto sc_) {
+        constexpr int s = decltype(sc_)::value;
+        VU8<Tag> u = s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
+        if constexpr (Q3) {
+          // value = level - 4, the level's bit 2 from hmask (see Q3Simd::run)
+          const VU8<Tag> hm = Q3Simd<Tag>::hmask(x, vi);
+          u = as<std::uint8_t>(as<std::int8_t>(u | Q3Simd<Tag>::template high_bit<vi, s>(hm)) -
+                               VI8<Tag>(static_cast<std::int8_t>(4)));
+        }
+        alignas(64) std::int8_t t[kW];
+        as<std::int8_t>(u).store_aligned(t);
+        for (int k = 0; k < kW / 16; ++k) std::memcpy(v + L::value(vi, s, 16 * k), t + 16 * k, 16);
+      });
+    });
+    if constexpr (Q3) {
+      const float d = h2f<Tag>(ld_u16(x + 108));
+      for (int j = 0; j < 16; ++j) {
+        const VF<Tag> dl(d * static_cast<float>(q3_scale6(x + 96, j) - 32));
+        for (int f = 0; f < 16; f += kF)
+          (dl * xsimd::to_float(widen_i8_i32<Tag>(v + 16 * j + f))).store_unaligned(y + 16 * j + f);
+      }
+    } else {
+      float d, dmin;
+      h2f_pair<Tag>(x + 80, &d, &dmin);
+      for (int j = 0; j < 16; ++j) {
+        const VF<Tag> dl(d * static_cast<float>(x[j] & 0xF)),
+            ml(dmin * static_cast<float>(x[j] >> 4));
+        for (int f = 0; f < 16; f += kF)
+          (dl * xsimd::to_float(widen_i8_i32<Tag>(v + 16 * j + f)) - ml)
+              .store_unaligned(y + 16 * j + f);
+      }
+    }
+  }
+}
+
+template <class Tag>
+void Q2Simd<Tag>::dequant(const void* src, std::int64_t n, float* y) {
+  kq23_dequant<Tag, false>(src, n, y);
+}
+
+template <class Tag>
 struct Q3Simd {
   using L = Kq23Layout<Tag>;
+  static void dequant(const void* src, std::int64_t n, float* y) {
+    kq23_dequant<Tag, true>(src, n, y);
+  }
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
   static constexpr int kR = 4;
   /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
@@ -287,6 +350,31 @@ struct Q3Simd {
     return p;
   }
 
+  /// The hmask bytes of qs register v: byte t holds the high bits of the values of qs byte
+  /// v W + t (hmask[(v W + t) % 32]).
+  static VU8<Tag> hmask(const std::uint8_t* x, int v) {
+    if constexpr (kW == 64) {
+      return load_halves<Tag>(x, x);
+    } else {
+      return loadu<std::uint8_t, Tag>(x + (v * kW) % 32);
+    }
+  }
+  /// Bit 2 of each byte = the high bit of the level of register v at shift s: bit k = 4 h + s of
+  /// hm (h: the half of the qs byte), moved by 16-bit shifts, (hm << 2) >> k for s < 2 and
+  /// hm >> (k - 2) otherwise (no bit of a byte leaves its 16-bit lane; & 4 drops the others).
+  template <int v, int s>
+  static VU8<Tag> high_bit(const VU8<Tag>& hm) {
+    constexpr int h0 = v * kW / 32, h1 = (v * kW + kW - 1) / 32;  // halves of register v
+    const VU16<Tag> h16 = as<std::uint16_t>(hm);
+    VU16<Tag> t;
+    if constexpr (s < 2) {
+      t = shr_halves<Tag>(h16 << 2, 4 * h0 + s, 4 * h1 + s);
+    } else {
+      t = shr_halves<Tag>(h16, 4 * h0 + s - 2, 4 * h1 + s - 2);
+    }
+    return as<std::uint8_t>(t) & VU8<Tag>(static_cast<std::uint8_t>(4));
+  }
+
   /// The 16 6-bit scales (unsigned, 0..63) of the block at x, bytes 0..15 of every 16-byte lane.
   static VI8<Tag> scales6(const std::uint8_t* x, const Patterns& pt) {
     std::uint64_t lo;
@@ -311,7 +399,7 @@ struct Q3Simd {
     constexpr int kPrefetch = 512;
     const Patterns& pt = patterns();
     const Prep* pa = Row::prep(A, cols);
-    const VU8<Tag> m3(static_cast<std::uint8_t>(3)), b4(static_cast<std::uint8_t>(4));
+    const VU8<Tag> m3(static_cast<std::uint8_t>(3));
     VF<Tag> acc[R];
     static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
     for (std::int64_t b = 0; b < nb; ++b) {
@@ -330,24 +418,13 @@ struct Q3Simd {
         VI16<Tag> usum16(0);
         static_for<kNV>([&](auto vc) {
           constexpr int v = decltype(vc)::value;
-          constexpr int h0 = v * kW / 32, h1 = (v * kW + kW - 1) / 32;  // halves of register v
           const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 32 + v * kW);
-          const std::uint8_t* hp = x + (v * kW) % 32;
-          const VU8<Tag> hm = kW == 64 ? load_halves<Tag>(x, x) : loadu<std::uint8_t, Tag>(hp);
-          // The high bit of the level of byte p at shift s is bit k = 4 h + s of hm (h: the
-          // half of p); moved to bit 2 by 16-bit shifts: (hm << 2) >> k for s < 2, hm >> (k - 2)
-          // otherwise (no bit of a byte leaves its 16-bit lane; the & 4 drops the neighbours').
-          const VU16<Tag> hm2 = as<std::uint16_t>(hm) << 2;
+          const VU8<Tag> hm = hmask(x, v);
           static_for<4>([&](auto sc_) {
             constexpr int s = decltype(sc_)::value;
             const VU8<Tag> q2 =
                 s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
-            const VU8<Tag> hb =
-                as<std::uint8_t>(s < 2 ? shr_halves<Tag>(hm2, 4 * h0 + s, 4 * h1 + s)
-                                       : shr_halves<Tag>(as<std::uint16_t>(hm), 4 * h0 + s - 2,
-                                                         4 * h1 + s - 2)) &
-                b4;
-            const VU8<Tag> u = q2 | hb;
+            const VU8<Tag> u = q2 | high_bit<v, s>(hm);
             const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
             const VI8<Tag> av = loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW);
             const std::int8_t* ip = a.init + (4 * v + s) * kW;
