@@ -337,10 +337,10 @@ struct Q3Simd {
     Patterns() {
       for (int b = 0; b < kW; ++b) {
         const int j = b % 16;
-        lo_idx[b] = static_cast<std::uint8_t>(j % 8);
+        lo_idx[b] = static_cast<std::uint8_t>(2 + j % 8);
         lo_m1[b] = j < 8 ? 0x0F : 0;
         lo_m2[b] = j < 8 ? 0 : 0x0F;
-        hi_idx[b] = static_cast<std::uint8_t>(8 + j % 4);
+        hi_idx[b] = static_cast<std::uint8_t>(2 + 8 + j % 4);
       }
       for (int i = 0; i < kW / 4; ++i) hi_shift[i] = static_cast<std::uint32_t>(2 * (i % 4));
     }
@@ -375,13 +375,9 @@ struct Q3Simd {
     return as<std::uint8_t>(t) & VU8<Tag>(static_cast<std::uint8_t>(4));
   }
 
-  /// The 16 6-bit scales (unsigned, 0..63) of the block at x, bytes 0..15 of every 16-byte lane.
-  static VI8<Tag> scales6(const std::uint8_t* x, const Patterns& pt) {
-    std::uint64_t lo;
-    std::uint32_t hi;
-    std::memcpy(&lo, x + 96, 8);
-    std::memcpy(&hi, x + 104, 4);
-    const VI8<Tag> s = as<std::int8_t>(bcast_u64x2<Tag>(lo, hi));
+  /// The 16 6-bit scales (unsigned, 0..63) of a block whose bytes 94..109 are in a 16-byte lane
+  /// of s (the 12 scale bytes at lane bytes 2..13), in that lane; one block per lane.
+  static VI8<Tag> scales6(const VI8<Tag>& s, const Patterns& pt) {
     const VU8<Tag> a = as<std::uint8_t>(lookup16<Tag>(s, loadu<std::uint8_t, Tag>(pt.lo_idx)));
     const VU8<Tag> l =
         (a & loadu<std::uint8_t, Tag>(pt.lo_m1)) |
@@ -402,8 +398,18 @@ struct Q3Simd {
     const VU8<Tag> m3(static_cast<std::uint8_t>(3));
     VF<Tag> acc[R];
     static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
+    constexpr int kH = kW / 16;             // rows whose scales one register unpacks
+    constexpr int kSR = (R + kH - 1) / kH;  // scale registers
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
+      VI8<Tag> s6[kSR];
+      for (int g = 0; g < kSR; ++g) {
+        const void* lp[kH];  // bytes 94..109 of each row's block (the scales at lane bytes 2..13)
+        for (int l = 0; l < kH; ++l)
+          lp[l] = W + (g * kH + l < R ? g * kH + l : R - 1) * wrb +
+                  static_cast<std::size_t>(b) * sizeof(BlockQ3_K) + 94;
+        s6[g] = scales6(as<std::int8_t>(load_lanes<Tag>(lp)), pt);
+      }
       static_for<R>([&](auto rc) {
         constexpr int r = decltype(rc)::value;
         const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ3_K);
@@ -413,7 +419,7 @@ struct Q3Simd {
           prefetch_l2(x + far);
           prefetch_l2(x + far + 64);
         }
-        const VI8<Tag> sc = scales6(x, pt);
+        const VI8<Tag> sc = as<std::int8_t>(bcast_lane<Tag>(as<std::uint8_t>(s6[r / kH]), r % kH));
         VI32<Tag> isum(0), usum(0);
         VI16<Tag> usum16(0);
         static_for<kNV>([&](auto vc) {
