@@ -64,13 +64,13 @@ struct Bf16Gemv {
     for (std::int64_t k = 0; k < kv; k += kStep) {
       const std::size_t off = static_cast<std::size_t>(k) * 2;
       if (off % 64 < static_cast<std::size_t>(kStep * 2)) {  // once per cache line
-        static_for<R>([&](auto rc) {
-          constexpr int r = decltype(rc)::value;
+        // A plain loop (a static_for lambda holding only prefetches is deleted by GCC 12).
+        for (int r = 0; r < R; ++r) {
           for (int o = 0; o < (kStep * 2 + 63) / 64; ++o) {
             prefetch_l1(W + r * wrb + off + kPrefetch + 64 * o);
             if (far) prefetch_l2(W + r * wrb + off + far + 64 * o);
           }
-        });
+        }
       }
       static_for<kU>([&](auto uc) {
         constexpr int u = decltype(uc)::value;

@@ -391,13 +391,14 @@ struct Q32Simd {
     const std::int64_t full = nb / kG;
     for (std::int64_t g = 0; g < full; ++g) {
       const std::uint8_t* p = W + static_cast<std::size_t>(g) * kStepBytes;
-      static_for<R>([&](auto rc) {
-        constexpr int r = decltype(rc)::value;
+      // A plain loop: a static_for lambda holding only prefetches is judged side-effect free by
+      // GCC 12 (local-pure-const) and its calls are deleted.
+      for (int r = 0; r < R; ++r) {
         for (int o = 0; o < kStepBytes; o += 64) {
           prefetch_l1(p + r * wrb + kPrefetch + o);
           if (far) prefetch_l2(p + r * wrb + far + o);
         }
-      });
+      }
       step<R>(p, wrb, pa[g], tbl, acc);
     }
     if (full * kG < nb) {  // the last blocks, copied into a zero-padded step
