@@ -63,6 +63,7 @@ struct IQ4XSSimd {
   static constexpr int kNV = 128 / kW;  ///< qs registers per block
   static constexpr int kL = kW / 16;    ///< sub-blocks per register
   static constexpr int kR = 4;          ///< rows per GEMV group
+  static constexpr int kRowsMinN = 3;   ///< n from which RowsGemm runs (see kq_gemm)
   using D = S8Dot<Tag>;
   static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
 

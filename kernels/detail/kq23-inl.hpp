@@ -145,7 +145,8 @@ struct Q2Simd {
   using L = Kq23Layout<Tag>;
   using SD = PairScaledDot<Tag>;
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
-  static constexpr int kR = 4;  ///< rows per GEMV group
+  static constexpr int kR = 4;         ///< rows per GEMV group
+  static constexpr int kRowsMinN = 4;  ///< n from which RowsGemm runs (see kq_gemm)
 
   /// Per activation block: the values in register order, the 16 sub-block sums (int16, zero
   /// padded to 32), the scale.
@@ -292,6 +293,7 @@ struct Q3Simd {
   }
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
   static constexpr int kR = 4;
+  static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
   /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
   static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
   static constexpr bool kPairs = !kDot4;  ///< scale pattern layout (see Kq23Layout)
@@ -463,14 +465,17 @@ struct Q3Simd {
   }
 };
 
-/// GEMV driver: rows in groups of K::kR; n > 1 runs `Gemm`.
+/// GEMM driver: the GEMV (rows in groups of K::kR) once per activation row for n < K::kRowsMinN
+/// (below that RowsGemm's per-call repack costs more than passes over cache-resident weights,
+/// measured), `Gemm` otherwise.
 template <class K, void (*Gemm)(const void*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
                                 const void*, std::size_t, std::int64_t, float*, std::int64_t)>
 void kq_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
              const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-  if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
-  gemv_groups<K, K::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                        static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
+  if (n >= K::kRowsMinN) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+  for (std::int64_t j = 0; j < n; ++j)
+    gemv_groups<K, K::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y + j * ldy,
+                          static_cast<const std::uint8_t*>(A) + j * arb, arb, cols / 256, cols);
 }
 
 /// The kL dwords of each of kL rows at byte offset `off` of block b, transposed: r[k] lane i =

@@ -547,14 +547,19 @@ struct Q32Rows {
   }
 };
 
-/// FormatKernels::gemm of a 32-value format on a SIMD tag: GEMV for n == 1, RowsGemm otherwise.
+/// FormatKernels::gemm of a 32-value format on a SIMD tag: the GEMV once per activation row for
+/// n < kRowsMinN (measured: RowsGemm's per-call repack costs more than a second pass over
+/// cache-resident weights below about 4-6 columns), RowsGemm otherwise.
 template <class Tag, Format F>
 void q32_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
               const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
   using S = Q32Simd<Tag, F>;
-  if (n != 1) return RowsGemm<Tag, Q32Rows<Tag, F>>::gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
-  gemv_groups<S, S::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                        static_cast<const std::uint8_t*>(A), arb, cols / 32, cols);
+  constexpr std::int64_t kRowsMinN = 4;
+  if (n >= kRowsMinN)
+    return RowsGemm<Tag, Q32Rows<Tag, F>>::gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+  for (std::int64_t j = 0; j < n; ++j)
+    gemv_groups<S, S::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y + j * ldy,
+                          static_cast<const std::uint8_t*>(A) + j * arb, arb, cols / 32, cols);
 }
 
 #endif
