@@ -378,6 +378,19 @@ inline VI32<Tag> blend4_i32(const VI32<Tag>& a, const VI32<Tag>& b) {
   return VI32<Tag>(vbslq_s32(vld1q_u32(m), b, a));
 }
 
+template <class Tag, int Stride, int Off>
+inline void or_bits16(VU8<Tag>& lo, VU8<Tag>& hi, const std::uint8_t* p, const VU8<Tag>& v) {
+  std::uint32_t q;
+  std::memcpy(&q, p + Off, 4);
+  static const std::uint8_t il[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const std::uint8_t ih[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  static const std::uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t qv = vreinterpretq_u8_u32(vdupq_n_u32(q));
+  const uint8x16_t b = vld1q_u8(bits);
+  lo = VU8<Tag>(vorrq_u8(lo, vandq_u8(vtstq_u8(vqtbl1q_u8(qv, vld1q_u8(il)), b), v)));
+  hi = VU8<Tag>(vorrq_u8(hi, vandq_u8(vtstq_u8(vqtbl1q_u8(qv, vld1q_u8(ih)), b), v)));
+}
+
 template <class Tag>
 inline VU32<Tag> shr_var_u32(const VU32<Tag>& v, const VU32<Tag>& n) {
   return VU32<Tag>(vshlq_u32(v, vnegq_s32(vreinterpretq_s32_u32(n))));

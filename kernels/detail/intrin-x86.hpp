@@ -924,6 +924,42 @@ inline VI32<Tag> blend4_i32(const VI32<Tag>& a, const VI32<Tag>& b) {
   }
 }
 
+/// Q5-style fifth bits: per 16-byte lane k and byte j < 16, lo |= v where bit j of the
+/// little-endian dword at p + Off + k * Stride is set, hi |= v where bit 16 + j is set (v's bits
+/// must be clear in lo and hi). AVX-512: the four dwords become two 64-bit byte masks in
+/// general-purpose registers (one masked add each); AVX2: the bits spread to bytes by a byte
+/// shuffle and a bit test.
+template <class Tag, int Stride, int Off>
+inline void or_bits16(VU8<Tag>& lo, VU8<Tag>& hi, const std::uint8_t* p, const VU8<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    std::uint64_t ml = 0, mh = 0;
+    for (int k = 0; k < 4; ++k) {
+      std::uint32_t q;
+      std::memcpy(&q, p + Off + k * Stride, 4);
+      ml |= static_cast<std::uint64_t>(q & 0xFFFFu) << (16 * k);
+      mh |= static_cast<std::uint64_t>(q >> 16) << (16 * k);
+    }
+    lo = VU8<Tag>(_mm512_mask_add_epi8(lo, static_cast<__mmask64>(ml), lo, v));
+    hi = VU8<Tag>(_mm512_mask_add_epi8(hi, static_cast<__mmask64>(mh), hi, v));
+#endif
+  } else {
+    std::uint32_t q0, q1;
+    std::memcpy(&q0, p + Off, 4);
+    std::memcpy(&q1, p + Off + Stride, 4);
+    const __m256i q =
+        _mm256_setr_epi32(static_cast<int>(q0), 0, 0, 0, static_cast<int>(q1), 0, 0, 0);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i il = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m256i ih = _mm256_add_epi8(il, _mm256_set1_epi8(2));
+    const __m256i bl = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, il), bit), bit);
+    const __m256i bh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, ih), bit), bit);
+    lo = VU8<Tag>(_mm256_or_si256(lo, _mm256_and_si256(bl, v)));
+    hi = VU8<Tag>(_mm256_or_si256(hi, _mm256_and_si256(bh, v)));
+  }
+}
+
 /// Logical right shift of each 32-bit lane by the count in the same lane of n (counts < 32).
 template <class Tag>
 inline VU32<Tag> shr_var_u32(const VU32<Tag>& v, const VU32<Tag>& n) {

@@ -250,23 +250,6 @@ struct Q32Simd {
     }
   }
 
-  /// Constant byte patterns: Q5's qh byte of each level byte (lo / hi) and its bit.
-  struct Patterns {
-    alignas(64) std::uint8_t qh_lo[kW], qh_hi[kW], bit[kW];
-    Patterns() {
-      for (int b = 0; b < kW; ++b) {
-        const int j = b % 16;
-        qh_lo[b] = static_cast<std::uint8_t>(j / 8);
-        qh_hi[b] = static_cast<std::uint8_t>(2 + j / 8);
-        bit[b] = static_cast<std::uint8_t>(1u << (j % 8));
-      }
-    }
-  };
-  static const Patterns& patterns() {
-    static const Patterns p;
-    return p;
-  }
-
   /// The code-book register (lookup16 table) of the table formats.
   static VI8<Tag> table() {
     if constexpr (Fmt::kCode == Q32Code::level) {
@@ -285,14 +268,7 @@ struct Q32Simd {
     lo = q & m4;
     hi = as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4;
     if constexpr (Fmt::kQh >= 0) {
-      const Patterns& pt = patterns();
-      const VI8<Tag> qh =
-          as<std::int8_t>(lane_fields<Tag, Fmt::kBytes, Fmt::kQh, 4, kStepBytes>(p));
-      const VU8<Tag> bit = loadu<std::uint8_t, Tag>(pt.bit), b4(static_cast<std::uint8_t>(0x10));
-      const VU8<Tag> hl = as<std::uint8_t>(lookup16<Tag>(qh, loadu<std::uint8_t, Tag>(pt.qh_lo)));
-      const VU8<Tag> hh = as<std::uint8_t>(lookup16<Tag>(qh, loadu<std::uint8_t, Tag>(pt.qh_hi)));
-      lo = lo | xsimd::select((hl & bit) != VU8<Tag>(0), b4, VU8<Tag>(0));
-      hi = hi | xsimd::select((hh & bit) != VU8<Tag>(0), b4, VU8<Tag>(0));
+      or_bits16<Tag, Fmt::kBytes, Fmt::kQh>(lo, hi, p, VU8<Tag>(static_cast<std::uint8_t>(0x10)));
     }
     if constexpr (Fmt::kCode != Q32Code::level) {
       lo = as<std::uint8_t>(lookup16<Tag>(tbl, lo));
