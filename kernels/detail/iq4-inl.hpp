@@ -84,10 +84,10 @@ struct IQ4XSSimd {
     for (std::int64_t b = 0; b < cols / 256; ++b) {
       std::memset(&p[b], 0, sizeof(Prep));
       for (int v = 0; v < kNV; ++v)
-        for (int t = 0; t < kW; ++t) {
-          const int ib = v * kL + t / 16, j = t % 16;
-          p[b].a[2 * v * kW + t] = in[b].qs[32 * ib + j];
-          p[b].a[2 * v * kW + kW + t] = in[b].qs[32 * ib + 16 + j];
+        for (int t = 0; t < kW; t += 16) {
+          const int ib = v * kL + t / 16;
+          std::memcpy(p[b].a + 2 * v * kW + t, in[b].qs + 32 * ib, 16);
+          std::memcpy(p[b].a + 2 * v * kW + kW + t, in[b].qs + 32 * ib + 16, 16);
         }
       for (int v = 0; v < kNV; ++v)
         for (int i = 0; i < kW / 4; ++i) {

@@ -133,10 +133,12 @@ struct Kq23Layout {
     }
   };
   /// The activations of a Q8_K block in register order: a[(4 v + s) W + b] = qs[value(v, s, b)].
+  /// (16 consecutive register bytes from a 16-byte boundary hold 16 consecutive values.)
   static void permute(const BlockQ8_K& in, std::int8_t* a) {
     for (int v = 0; v < kNV; ++v)
       for (int s = 0; s < 4; ++s)
-        for (int b = 0; b < kW; ++b) a[(4 * v + s) * kW + b] = in.qs[value(v, s, b)];
+        for (int b = 0; b < kW; b += 16)
+          std::memcpy(a + (4 * v + s) * kW + b, in.qs + value(v, s, b), 16);
   }
 };
 
