@@ -239,7 +239,7 @@ void register_quantizers(const std::vector<Isa>& isas) {
   };
   for (Format f : formats) {
     const std::string fname = nibble::traits(f).name;
-    const bool has_imatrix = f == Format::q4_K || f == Format::q5_K || f == Format::q6_K;
+    const bool has_imatrix = nibble::has_importance_quantizer(f);
     for (Isa isa : isas) {
       const std::string iname = nibble::isa_name(isa);
       for (int t : thread_counts()) {

@@ -35,8 +35,11 @@ const std::vector<int>& thread_counts() {
 
 const std::vector<nibble::Format>& weight_formats() {
   using nibble::Format;
-  static const std::vector<Format> f = {Format::f32,  Format::f16,  Format::q8_0, Format::q4_K,
-                                        Format::q5_K, Format::q6_K, Format::nf4,  Format::fp4};
+  // The ggml formats of issue 10 (q4_0 .. q3_K, iq4_*, mxfp4, bf16) after the original set.
+  static const std::vector<Format> f = {
+      Format::f32,  Format::f16,  Format::q8_0, Format::q4_K,   Format::q5_K,   Format::q6_K,
+      Format::nf4,  Format::fp4,  Format::bf16, Format::q4_0,   Format::q4_1,   Format::q5_0,
+      Format::q5_1, Format::q2_K, Format::q3_K, Format::iq4_nl, Format::iq4_xs, Format::mxfp4};
   return f;
 }
 
@@ -293,11 +296,12 @@ double product_tolerance(nibble::Format f) {
   switch (f) {
     case nibble::Format::f32:
     case nibble::Format::f16:
+    case nibble::Format::bf16:
     case nibble::Format::nf4:
     case nibble::Format::fp4:
       return 1e-3;  // fp32 activations (NF4/FP4 GEMV on x86: int16), fp32 accumulation
     default:
-      return 2e-2;  // activations quantized to 8 bits (q8_0 / q8_K)
+      return 2e-2;  // activations quantized to 8 bits (q8_0 / q8_1 / q8_K)
   }
 }
 

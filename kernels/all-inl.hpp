@@ -3,6 +3,7 @@
 #pragma once
 
 #include "nibble/kernels/act-inl.hpp"
+#include "nibble/kernels/act_q8_1-inl.hpp"
 #include "nibble/kernels/f16-inl.hpp"
 #include "nibble/kernels/f32-inl.hpp"
 #include "nibble/kernels/legacy-inl.hpp"
@@ -23,6 +24,7 @@ KernelTable make_table() {
   KernelTable t;
   t.isa = Tag::isa;
   register_act<Tag>(t);
+  register_act_q8_1<Tag>(t);
   register_f32<Tag>(t);
   register_f16<Tag>(t);
   register_q8_0<Tag>(t);

@@ -1,12 +1,10 @@
-// nibble: kernels of the ggml legacy block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_1), the
-// non-linear IQ4_NL / IQ4_XS, MXFP4, the low-bit K-quants Q2_K / Q3_K and bf16.
-//
-// For now these formats run on fp32 activations through the float-activation GEMM of
-// f32-inl.hpp: each step decodes one 32-value block of a weight row with the scalar reference
-// dequantizer (nibble/formats/*.hpp, bit-identical to ggml's) into an fp32 buffer and feeds it
-// to the tag's vector FMA tile. The decode itself is scalar code compiled for every ISA tag;
-// a dedicated integer-dot body (Q8_0-activation, as ggml does) is future work. The scalar tag
-// uses one fp32 accumulator per output over decoded blocks.
+// nibble: kernel registration of the ggml formats of issue 10: the legacy 32-value block formats
+// Q4_0, Q4_1, Q5_0, Q5_1, the non-linear IQ4_NL / IQ4_XS, MXFP4, the low-bit K-quants Q2_K /
+// Q3_K (integer kernels against Q8_0 / Q8_1 / Q8_K activations, as ggml: detail/legacy-q-inl.hpp,
+// detail/kq23-inl.hpp, detail/iq4-inl.hpp), bf16 (a float path, bf16-inl.hpp) and Q8_1 as a
+// weight format (ggml has no Q8_1 weights: its blocks are decoded with the reference dequantizer,
+// 32 values at a time, into the fp32 FMA tile of f32-inl.hpp). Every SIMD dequantizer is
+// bit-identical to the scalar reference codec (the scalar tables use the codec itself).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +20,10 @@
 #include "nibble/formats/q5_0.hpp"
 #include "nibble/formats/q5_1.hpp"
 #include "nibble/formats/q8_1.hpp"
+#include "nibble/kernels/bf16-inl.hpp"
+#include "nibble/kernels/detail/iq4-inl.hpp"
+#include "nibble/kernels/detail/kq23-inl.hpp"
+#include "nibble/kernels/detail/legacy-q-inl.hpp"
 #include "nibble/kernels/f32-inl.hpp"
 
 namespace nibble::kernels {
@@ -105,30 +107,12 @@ struct LegacyCodec<Format::q3_K> {
   }
 };
 
-template <>
-struct LegacyCodec<Format::bf16> {
-  static void decode32(const std::uint8_t* row, std::int64_t k, float* out) {
-    for (int j = 0; j < 32; ++j) {
-      bf16_t h;
-      std::memcpy(&h.bits, row + 2 * (k + j), 2);
-      out[j] = bf16_to_fp32(h);
-    }
-  }
-};
-
-/// One weight as float (tails only: bf16 rows whose length is not a multiple of 32; the other
-/// formats' rows are whole blocks).
+/// One weight as float (FloatTile's tail interface; rows of these formats are whole blocks).
 template <Format F>
 float legacy_value(const std::uint8_t* row, std::int64_t k) {
-  if constexpr (F == Format::bf16) {
-    bf16_t h;
-    std::memcpy(&h.bits, row + 2 * k, 2);
-    return bf16_to_fp32(h);
-  } else {
-    float buf[32];
-    LegacyCodec<F>::decode32(row, k / 32 * 32, buf);
-    return buf[k % 32];
-  }
+  float buf[32];
+  LegacyCodec<F>::decode32(row, k / 32 * 32, buf);
+  return buf[k % 32];
 }
 
 /// Bytes of the first k values of a row (k a multiple of the block size).
@@ -181,7 +165,7 @@ void legacy_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, std::in
   }
 }
 
-/// Row dequantizer of format F (`n` values, whole blocks; bf16 any n).
+/// Row dequantizer of format F (`n` values, whole blocks).
 template <Format F>
 void legacy_dequant(const void* src, std::int64_t n, float* dst) {
   const auto* p = static_cast<const std::uint8_t*>(src);
@@ -201,19 +185,71 @@ void register_legacy_one(KernelTable& t) {
   }
 }
 
+/// The integer kernels of a 32-value block format (detail/legacy-q-inl.hpp).
+template <class Tag, Format F>
+void register_q32(KernelTable& t) {
+  FormatKernels& k = entry(t, F);
+  if constexpr (TagInfo<Tag>::family == Family::scalar) {
+    k.dequant = &legacy_dequant<F>;
+    k.gemm = &q32_gemm_scalar<F>;
+  }
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (TagInfo<Tag>::family != Family::scalar) {
+    using K = Q32Simd<Tag, F>;
+    k.dequant = &K::dequant;
+    k.gemm = &q32_gemm<Tag, F>;
+    k.act_bytes = &K::act_bytes;
+    k.act_relayout = &K::relayout;
+  }
+#endif
+}
+
+/// The integer kernels of a Q8_K-activation format (Q2_K, Q3_K: detail/kq23-inl.hpp; IQ4_XS:
+/// detail/iq4-inl.hpp): the body K's GEMV, the RowsGemm policy Pol for n > 1.
+template <class Tag, Format F, float (*Dot)(const std::uint8_t*, const std::uint8_t*, std::int64_t),
+          template <class> class K, class Pol>
+void register_kq(KernelTable& t) {
+  FormatKernels& k = entry(t, F);
+  if constexpr (TagInfo<Tag>::family == Family::scalar) {
+    k.dequant = &legacy_dequant<F>;
+    k.gemm = &kq_gemm_scalar<Dot>;
+  }
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (TagInfo<Tag>::family != Family::scalar) {
+    k.dequant = &K<Tag>::dequant;
+    k.gemm = &kq_gemm<K<Tag>, &RowsGemm<Tag, Pol>::gemm>;
+    k.act_bytes = &K<Tag>::act_bytes;
+    k.act_relayout = &K<Tag>::relayout;
+  }
+#endif
+}
+
+#if !defined(NIBBLE_K_X86) && !defined(NIBBLE_K_NEON)
+// Placeholders so that register_kq names a body on builds without SIMD tags (never used).
+template <class Tag>
+struct Q2Simd {};
+template <class Tag>
+struct Q3Simd {};
+template <class Tag>
+struct IQ4XSSimd {};
+struct Q2Rows {};
+struct Q3Rows {};
+struct IQ4XSRows {};
+#endif
+
 template <class Tag>
 void register_legacy(KernelTable& t) {
-  register_legacy_one<Tag, Format::q4_0>(t);
-  register_legacy_one<Tag, Format::q4_1>(t);
-  register_legacy_one<Tag, Format::q5_0>(t);
-  register_legacy_one<Tag, Format::q5_1>(t);
+  register_q32<Tag, Format::q4_0>(t);
+  register_q32<Tag, Format::q4_1>(t);
+  register_q32<Tag, Format::q5_0>(t);
+  register_q32<Tag, Format::q5_1>(t);
   register_legacy_one<Tag, Format::q8_1>(t);
-  register_legacy_one<Tag, Format::bf16>(t);
-  register_legacy_one<Tag, Format::iq4_nl>(t);
-  register_legacy_one<Tag, Format::iq4_xs>(t);
-  register_legacy_one<Tag, Format::mxfp4>(t);
-  register_legacy_one<Tag, Format::q2_K>(t);
-  register_legacy_one<Tag, Format::q3_K>(t);
+  register_bf16<Tag>(t);
+  register_q32<Tag, Format::iq4_nl>(t);
+  register_kq<Tag, Format::iq4_xs, &iq4xs_dot_scalar, IQ4XSSimd, IQ4XSRows>(t);
+  register_q32<Tag, Format::mxfp4>(t);
+  register_kq<Tag, Format::q2_K, &q2k_dot_scalar, Q2Simd, Q2Rows>(t);
+  register_kq<Tag, Format::q3_K, &q3k_dot_scalar, Q3Simd, Q3Rows>(t);
 }
 
 }  // namespace

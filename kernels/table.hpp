@@ -62,6 +62,7 @@ struct KernelTable {
   /// Activation quantizers (byte-identical to the scalar reference): `n` fp32 -> blocks.
   void (*quantize_act_q8_K)(const float* src, std::int64_t n, void* dst) = nullptr;
   void (*quantize_act_q8_0)(const float* src, std::int64_t n, void* dst) = nullptr;
+  void (*quantize_act_q8_1)(const float* src, std::int64_t n, void* dst) = nullptr;
   /// W8A8 (SmoothQuant): Y[j * ldy + r] = w_scale[r] * a_scale[j] * sum_k W[r, k] * A[j, k] for
   /// r in [r0, r1), j in [0, n); W int8 rows x cols (row-major), A int8 n x cols, int32 sums.
   void (*w8a8_gemm)(const std::int8_t* W, const float* w_scale, std::int64_t r0, std::int64_t r1,

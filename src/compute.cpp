@@ -221,9 +221,13 @@ void quantize_activations(const kernels::KernelTable& t, Format f, const float* 
   A = X;
   arb = static_cast<std::size_t>(cols) * 4;
   if (af == Format::f32) return;
-  auto q = af == Format::q8_K ? t.quantize_act_q8_K : t.quantize_act_q8_0;
-  if (!q)
-    q = af == Format::q8_K ? scalar_table().quantize_act_q8_K : scalar_table().quantize_act_q8_0;
+  auto pick = [af](const kernels::KernelTable& tt) {
+    return af == Format::q8_K   ? tt.quantize_act_q8_K
+           : af == Format::q8_1 ? tt.quantize_act_q8_1
+                                : tt.quantize_act_q8_0;
+  };
+  auto q = pick(t);
+  if (!q) q = pick(scalar_table());
   if (!q) fail("gemm: no activation quantizer for ", traits(af).name);
   arb = row_size(af, cols);
   std::uint8_t* a = buf.get(arb * static_cast<std::size_t>(n));

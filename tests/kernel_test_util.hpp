@@ -240,6 +240,8 @@ inline std::vector<std::uint8_t> quantize_act(const KernelTable& t, Format w, co
     q = t.quantize_act_q8_K ? t.quantize_act_q8_K : scalar_table().quantize_act_q8_K;
   if (a == Format::q8_0)
     q = t.quantize_act_q8_0 ? t.quantize_act_q8_0 : scalar_table().quantize_act_q8_0;
+  if (a == Format::q8_1)
+    q = t.quantize_act_q8_1 ? t.quantize_act_q8_1 : scalar_table().quantize_act_q8_1;
   if (!q) {
     ADD_FAILURE() << "no activation quantizer for " << traits(a).name;
     return out;

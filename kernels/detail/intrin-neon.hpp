@@ -329,4 +329,108 @@ inline VF<Tag> h2f_lo16(const VU32<Tag>& v) {
 
 }  // namespace
 }  // namespace nibble::kernels
+
+// ======================================== helpers of the legacy / low-bit K-quant / IQ4 bodies
+// (see the section of the same name in intrin-x86.hpp; one 16-byte lane per register here).
+namespace nibble::kernels {
+namespace {
+
+template <class Tag, int Stride, int Off, int Bytes, int Avail = 0>
+inline VU32<Tag> lane_fields(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, p + Off, Bytes);
+  return VU32<Tag>(vdupq_n_u32(v));
+}
+
+template <class Tag, int Stride, int Off, int Avail = 0>
+inline VU8<Tag> lane_blocks(const std::uint8_t* p) {
+  return VU8<Tag>(vld1q_u8(p + Off));
+}
+
+template <class Tag, int Stride, int Off, int Avail = 0>
+inline VF<Tag> lane_f16(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p + Off, 2);
+  return VF<Tag>(vdupq_n_f32(h2f<Tag>(h)));
+}
+
+template <class Tag, int Stride, int Off, int Bytes, int Avail, int R>
+inline VU32<Tag> rows_fields(const std::uint8_t* p, std::size_t wrb) {
+  alignas(16) std::uint32_t v[4] = {};
+  for (int r = 0; r < R; ++r) std::memcpy(&v[r], p + r * wrb + Off, Bytes);
+  return VU32<Tag>(vld1q_u32(v));
+}
+
+template <class Tag, int Stride, int Off, int Avail, int R>
+inline VF<Tag> rows_f16(const std::uint8_t* p, std::size_t wrb) {
+  std::uint64_t q = 0;
+  for (int r = 0; r < R; ++r) {
+    std::uint16_t h;
+    std::memcpy(&h, p + r * wrb + Off, 2);
+    q |= static_cast<std::uint64_t>(h) << (16 * r);
+  }
+  return VF<Tag>(vcvt_f32_f16(vreinterpret_f16_u64(vdup_n_u64(q))));
+}
+
+template <class Tag>
+inline VI32<Tag> swap_halves64(const VI32<Tag>& v) {
+  return VI32<Tag>(vextq_s32(v, v, 2));
+}
+
+template <class Tag, int Mask4>
+inline VI32<Tag> blend4_i32(const VI32<Tag>& a, const VI32<Tag>& b) {
+  alignas(16) static const std::uint32_t m[4] = {(Mask4 & 1) ? ~0u : 0u, (Mask4 & 2) ? ~0u : 0u,
+                                                 (Mask4 & 4) ? ~0u : 0u, (Mask4 & 8) ? ~0u : 0u};
+  return VI32<Tag>(vbslq_s32(vld1q_u32(m), b, a));
+}
+
+template <class Tag, int Stride, int Off>
+inline void or_bits16(VU8<Tag>& lo, VU8<Tag>& hi, const std::uint8_t* p, const VU8<Tag>& v) {
+  std::uint32_t q;
+  std::memcpy(&q, p + Off, 4);
+  static const std::uint8_t il[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const std::uint8_t ih[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  static const std::uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t qv = vreinterpretq_u8_u32(vdupq_n_u32(q));
+  const uint8x16_t b = vld1q_u8(bits);
+  lo = VU8<Tag>(vorrq_u8(lo, vandq_u8(vtstq_u8(vqtbl1q_u8(qv, vld1q_u8(il)), b), v)));
+  hi = VU8<Tag>(vorrq_u8(hi, vandq_u8(vtstq_u8(vqtbl1q_u8(qv, vld1q_u8(ih)), b), v)));
+}
+
+template <class Tag>
+inline VU32<Tag> shr_var_u32(const VU32<Tag>& v, const VU32<Tag>& n) {
+  return VU32<Tag>(vshlq_u32(v, vnegq_s32(vreinterpretq_s32_u32(n))));
+}
+
+template <class Tag>
+inline VI32<Tag> madd_acc_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
+  return acc + madd_i16<Tag>(a, b);
+}
+
+/// NEON: the int32 dot (sdot) times an int32 scale pattern (bytes (scale, 0, 0, 0)), as
+/// ScaledDot.
+template <class Tag>
+struct PairScaledDot {
+  static constexpr bool kPairs = false;
+  static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                       const VI8<Tag>& pat) {
+    return ScaledDot<Tag>::acc(acc, u, s, pat);
+  }
+};
+
+template <class Tag>
+inline VI16<Tag> madd_s8s8(const VI8<Tag>& w, const VI8<Tag>& a) {
+  const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+  const int16x8_t hi = vmull_high_s8(w, a);
+  return VI16<Tag>(vpaddq_s16(lo, hi));
+}
+
+template <class Tag>
+inline VF<Tag> load_bf16(const void* p) {
+  return VF<Tag>(
+      vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(static_cast<const std::uint16_t*>(p)), 16)));
+}
+
+}  // namespace
+}  // namespace nibble::kernels
 #endif  // NIBBLE_K_NEON

@@ -759,4 +759,389 @@ inline VF<Tag> h2f_lo16(const VU32<Tag>& v) {
 
 }  // namespace
 }  // namespace nibble::kernels
+
+// ======================================== helpers of the legacy / low-bit K-quant / IQ4 bodies
+// (kernels/detail/legacy-q-inl.hpp, kq23-inl.hpp, iq4-inl.hpp, kernels/bf16-inl.hpp). Kept in a
+// section of their own.
+namespace nibble::kernels {
+namespace {
+
+/// Compile-time word indices of lane_fields / lane_blocks on AVX-512: for dword lane j of the
+/// result (16-byte lane k = j / 4), the words of the Bytes-byte field at Off + k * Stride
+/// (Bytes 1 or 2: the word holding the field, twice; Bytes 4: its two words), or, for lane_blocks,
+/// word i of the result = word (Off + k * Stride) / 2 + i % 8 (k = i / 8).
+template <int Stride, int Off, int Bytes>
+struct LaneWordIdx {
+  alignas(64) std::uint16_t w[32];
+  alignas(64) std::uint32_t shift[16];  ///< Bytes 1: 8 for a field in the word's upper byte
+  constexpr LaneWordIdx() : w{}, shift{} {
+    for (int j = 0; j < 16; ++j) {
+      const int pos = Off + (j / 4) * Stride;
+      w[2 * j] = static_cast<std::uint16_t>(pos / 2);
+      w[2 * j + 1] = static_cast<std::uint16_t>(Bytes == 4 ? pos / 2 + 1 : pos / 2);
+      shift[j] = static_cast<std::uint32_t>(8 * (pos % 2));
+    }
+    if (Bytes == 16)
+      for (int i = 0; i < 32; ++i)
+        w[i] = static_cast<std::uint16_t>((Off + (i / 8) * Stride) / 2 + i % 8);
+  }
+};
+
+#if defined(NIBBLE_K_AVX512)
+/// Bytes [p + 64 * i, p + 64 * i + 64) of which the first `n` are needed and the first `avail`
+/// readable: a plain load when all 64 are, else a masked load of the needed ones (zeros above).
+template <int N, int Avail>
+inline __m512i load_part512(const std::uint8_t* p) {
+  if constexpr (Avail >= 64) {
+    return _mm512_loadu_si512(p);
+  } else {
+    constexpr int k = N < 64 ? N : 64;
+    const __mmask64 m = k == 64 ? ~__mmask64{0} : ((__mmask64{1} << k) - 1);
+    return _mm512_maskz_loadu_epi8(m, p);
+  }
+}
+
+/// The 16-bit words of [p, p + End) gathered by the index table `idx`; bytes from p + Avail on
+/// are not read (masked loads; words there read as 0). Identical loads of several gathers from
+/// one p are shared by the compiler.
+template <int End, int Avail>
+inline __m512i gather_words512(const std::uint8_t* p, const std::uint16_t* idx) {
+  const __m512i i = _mm512_load_si512(idx);
+  if constexpr (End <= 64) {
+    return _mm512_permutexvar_epi16(i, load_part512<End, Avail>(p));
+  } else {
+    static_assert(End <= 128, "two registers at most");
+    return _mm512_permutex2var_epi16(load_part512<64, Avail>(p), i,
+                                     load_part512<End - 64, Avail - 64>(p + 64));
+  }
+}
+#endif
+
+/// Per 16-byte lane k (k < Tag::bytes / 16): the little-endian Bytes-byte field (1, 2 or 4) at
+/// p + Off + k * Stride, zero-extended, in every int32 lane of lane k. Reads within [p, p +
+/// Avail) only, Avail >= the end of the last field (default: exactly that).
+template <class Tag, int Stride, int Off, int Bytes, int Avail = Off + 3 * Stride + Bytes>
+inline VU32<Tag> lane_fields(const std::uint8_t* p) {
+  static_assert(Bytes == 1 || Bytes == 2 || Bytes == 4, "field size");
+  auto ld = [p](int k) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, p + Off + k * Stride, Bytes);
+    return v;
+  };
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    static_assert(Bytes == 1 || (Off % 2 == 0 && Stride % 2 == 0), "word-aligned fields");
+    static constexpr LaneWordIdx<Stride, Off, Bytes> kIdx{};
+    // Words that straddle the end of the span read zeros there (masked load).
+    __m512i v = gather_words512<Off + 3 * Stride + Bytes, Avail>(p, kIdx.w);
+    if constexpr (Bytes == 1) {
+      v = _mm512_srlv_epi32(v, _mm512_load_si512(kIdx.shift));
+      return VU32<Tag>(_mm512_and_si512(v, _mm512_set1_epi32(0xFF)));
+    } else if constexpr (Bytes == 2) {
+      return VU32<Tag>(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)));
+    } else {
+      return VU32<Tag>(v);
+    }
+#endif
+  } else {
+    const std::uint32_t f0 = ld(0), f1 = ld(1);
+    return VU32<Tag>(_mm256_setr_epi32(
+        static_cast<int>(f0), static_cast<int>(f0), static_cast<int>(f0), static_cast<int>(f0),
+        static_cast<int>(f1), static_cast<int>(f1), static_cast<int>(f1), static_cast<int>(f1)));
+  }
+}
+
+/// Per 16-byte lane k: the 16 bytes at p + Off + k * Stride (k < Tag::bytes / 16). Reads within
+/// [p, p + Avail) only (Avail >= the end of the last lane's bytes).
+template <class Tag, int Stride, int Off, int Avail = Off + 3 * Stride + 16>
+inline VU8<Tag> lane_blocks(const std::uint8_t* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    if constexpr (Off % 2 == 0 && Stride % 2 == 0) {
+      static constexpr LaneWordIdx<Stride, Off, 16> kIdx{};
+      return VU8<Tag>(gather_words512<Off + 3 * Stride + 16, Avail>(p, kIdx.w));
+    } else {
+      const void* q[4] = {p + Off, p + Off + Stride, p + Off + 2 * Stride, p + Off + 3 * Stride};
+      return load_lanes<Tag>(q);
+    }
+#endif
+  } else {
+    return VU8<Tag>(_mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + Off + Stride),
+                                        reinterpret_cast<const __m128i*>(p + Off)));
+  }
+}
+
+/// Per 16-byte lane k: the binary16 value at p + Off + k * Stride converted exactly to fp32, in
+/// every float lane of lane k (Off and Stride even on AVX-512; reads as lane_fields).
+template <class Tag, int Stride, int Off, int Avail = Off + 3 * Stride + 2>
+inline VF<Tag> lane_f16(const std::uint8_t* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    static_assert(Off % 2 == 0 && Stride % 2 == 0, "word-aligned fields");
+    // Words 0..15 of the permute: the 16 halves, each lane's value four times.
+    struct Idx {
+      alignas(64) std::uint16_t w[32];
+      constexpr Idx() : w{} {
+        for (int j = 0; j < 32; ++j)
+          w[j] = static_cast<std::uint16_t>((Off + ((j % 16) / 4) * Stride) / 2);
+      }
+    };
+    static constexpr Idx kHalf{};
+    const __m512i v = gather_words512<Off + 3 * Stride + 2, Avail>(p, kHalf.w);
+    return VF<Tag>(_mm512_cvtph_ps(_mm512_castsi512_si256(v)));
+#endif
+  } else {
+    std::uint16_t h0, h1;
+    std::memcpy(&h0, p + Off, 2);
+    std::memcpy(&h1, p + Off + Stride, 2);
+    const __m128i h =
+        _mm_setr_epi16(static_cast<short>(h0), static_cast<short>(h0), static_cast<short>(h0),
+                       static_cast<short>(h0), static_cast<short>(h1), static_cast<short>(h1),
+                       static_cast<short>(h1), static_cast<short>(h1));
+    return VF<Tag>(_mm256_cvtph_ps(h));
+  }
+}
+
+#if defined(NIBBLE_K_AVX512)
+/// h with the words selected by m replaced by the words of [p, p + End) that idx picks (bytes
+/// from p + Avail on are not read).
+template <int End, int Avail>
+inline __m512i merge_words512(__m512i h, __mmask32 m, const __m512i& idx, const std::uint8_t* p) {
+  if constexpr (End <= 64) {
+    return _mm512_mask_permutexvar_epi16(h, m, idx, load_part512<End, Avail>(p));
+  } else {
+    static_assert(End <= 128, "two registers at most");
+    const __m512i t = _mm512_permutex2var_epi16(load_part512<64, Avail>(p), idx,
+                                                load_part512<End - 64, Avail - 64>(p + 64));
+    return _mm512_mask_mov_epi16(h, m, t);
+  }
+}
+#endif
+
+/// Row-interleaved block fields: for R <= 4 rows (row r at p + r * wrb), int32 lane 4k + r =
+/// the zero-extended little-endian Bytes-byte field (1, 2 or 4) of block k of row r, at
+/// p + r * wrb + Off + k * Stride (k < Tag::bytes / 16); lanes of rows >= R are 0. Reads within
+/// [row, row + Avail) of each row.
+template <class Tag, int Stride, int Off, int Bytes, int Avail, int R>
+inline VU32<Tag> rows_fields(const std::uint8_t* p, std::size_t wrb) {
+  static_assert(R >= 1 && R <= 4, "one row per int32 lane of a 16-byte lane");
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    static_assert(Bytes == 1 || (Off % 2 == 0 && Stride % 2 == 0), "word-aligned fields");
+    struct Idx {
+      alignas(64) std::uint16_t w[32];
+      alignas(64) std::uint32_t shift[16];
+      constexpr Idx() : w{}, shift{} {
+        for (int j = 0; j < 16; ++j) {
+          const int pos = Off + (j / 4) * Stride;
+          w[2 * j] = static_cast<std::uint16_t>(pos / 2);
+          w[2 * j + 1] = static_cast<std::uint16_t>(Bytes == 4 ? pos / 2 + 1 : 32);
+          shift[j] = static_cast<std::uint32_t>(8 * (pos % 2));
+        }
+      }
+    };
+    static constexpr Idx kI{};
+    constexpr int kEnd = Off + 3 * Stride + Bytes;
+    const __m512i wi = _mm512_load_si512(kI.w);
+    __m512i h = _mm512_setzero_si512();
+    for (int r = 0; r < R; ++r) {
+      // word 2j, 2j + 1 of lane j = 4k + r (mask: the two words of those lanes)
+      const __mmask32 m = static_cast<__mmask32>(0x03030303u << (2 * r));
+      h = merge_words512<kEnd, Avail>(h, m, wi, p + r * wrb);
+    }
+    if constexpr (Bytes == 1) {
+      h = _mm512_and_si512(_mm512_srlv_epi32(h, _mm512_load_si512(kI.shift)),
+                           _mm512_set1_epi32(0xFF));
+    } else if constexpr (Bytes == 2) {
+      h = _mm512_and_si512(h, _mm512_set1_epi32(0xFFFF));
+    }
+    return VU32<Tag>(h);
+#endif
+  } else {
+    // Packed in general-purpose registers (measured faster than a dword gather here).
+    std::uint64_t q[4] = {0, 0, 0, 0};  // q[2k + r / 2]: lanes 4k + r, 4k + r + 1
+    for (int k = 0; k < 2; ++k)
+      for (int r = 0; r < R; ++r) {
+        std::uint32_t v = 0;
+        std::memcpy(&v, p + r * wrb + Off + k * Stride, Bytes);
+        q[2 * k + r / 2] |= static_cast<std::uint64_t>(v) << (32 * (r % 2));
+      }
+    return VU32<Tag>(_mm256_setr_epi64x(static_cast<long long>(q[0]), static_cast<long long>(q[1]),
+                                        static_cast<long long>(q[2]),
+                                        static_cast<long long>(q[3])));
+  }
+}
+
+/// Row-interleaved fp16 fields converted exactly to fp32: float lane 4k + r = the binary16 value
+/// at p + r * wrb + Off + k * Stride (R <= 4 rows; lanes of rows >= R are 0).
+template <class Tag, int Stride, int Off, int Avail, int R>
+inline VF<Tag> rows_f16(const std::uint8_t* p, std::size_t wrb) {
+  static_assert(R >= 1 && R <= 4, "one row per int32 lane of a 16-byte lane");
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    static_assert(Off % 2 == 0 && Stride % 2 == 0, "word-aligned fields");
+    struct Idx {
+      alignas(64) std::uint16_t w[32];  // half j (j < 16): block j / 4
+      constexpr Idx() : w{} {
+        for (int j = 0; j < 32; ++j)
+          w[j] = static_cast<std::uint16_t>((Off + ((j % 16) / 4) * Stride) / 2);
+      }
+    };
+    static constexpr Idx kI{};
+    constexpr int kEnd = Off + 3 * Stride + 2;
+    const __m512i wi = _mm512_load_si512(kI.w);
+    __m512i h = _mm512_setzero_si512();
+    for (int r = 0; r < R; ++r) {
+      const __mmask32 m = static_cast<__mmask32>(0x1111u << r);
+      h = merge_words512<kEnd, Avail>(h, m, wi, p + r * wrb);
+    }
+    return VF<Tag>(_mm512_cvtph_ps(_mm512_castsi512_si256(h)));
+#endif
+  } else {
+    std::uint64_t q[2] = {0, 0};  // q[k]: the 4 rows' halves of block k
+    for (int k = 0; k < 2; ++k)
+      for (int r = 0; r < R; ++r) {
+        std::uint16_t h;
+        std::memcpy(&h, p + r * wrb + Off + k * Stride, 2);
+        q[k] |= static_cast<std::uint64_t>(h) << (16 * r);
+      }
+    const __m128i v = _mm_set_epi64x(static_cast<long long>(q[1]), static_cast<long long>(q[0]));
+    return VF<Tag>(_mm256_cvtph_ps(v));
+  }
+}
+
+/// The two 64-bit halves of every 16-byte lane swapped (int32 lanes 2, 3, 0, 1 of each).
+template <class Tag>
+inline VI32<Tag> swap_halves64(const VI32<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    return VI32<Tag>(_mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(0x4E)));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_shuffle_epi32(v, 0x4E));
+  }
+}
+
+/// Lane i of the result = b's if bit (i % 4) of Mask4 is set, else a's (int32 lanes; the same
+/// 4-bit pattern in every 16-byte lane).
+template <class Tag, int Mask4>
+inline VI32<Tag> blend4_i32(const VI32<Tag>& a, const VI32<Tag>& b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    constexpr __mmask16 m = static_cast<__mmask16>(Mask4 * 0x1111);
+    return VI32<Tag>(_mm512_mask_blend_epi32(m, a, b));
+#endif
+  } else {
+    return VI32<Tag>(_mm256_blend_epi32(a, b, Mask4 * 0x11));
+  }
+}
+
+/// Q5-style fifth bits: per 16-byte lane k and byte j < 16, lo |= v where bit j of the
+/// little-endian dword at p + Off + k * Stride is set, hi |= v where bit 16 + j is set (v's bits
+/// must be clear in lo and hi). AVX-512: the four dwords become two 64-bit byte masks in
+/// general-purpose registers (one masked add each); AVX2: the bits spread to bytes by a byte
+/// shuffle and a bit test.
+template <class Tag, int Stride, int Off>
+inline void or_bits16(VU8<Tag>& lo, VU8<Tag>& hi, const std::uint8_t* p, const VU8<Tag>& v) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    std::uint64_t ml = 0, mh = 0;
+    for (int k = 0; k < 4; ++k) {
+      std::uint32_t q;
+      std::memcpy(&q, p + Off + k * Stride, 4);
+      ml |= static_cast<std::uint64_t>(q & 0xFFFFu) << (16 * k);
+      mh |= static_cast<std::uint64_t>(q >> 16) << (16 * k);
+    }
+    lo = VU8<Tag>(_mm512_mask_add_epi8(lo, static_cast<__mmask64>(ml), lo, v));
+    hi = VU8<Tag>(_mm512_mask_add_epi8(hi, static_cast<__mmask64>(mh), hi, v));
+#endif
+  } else {
+    std::uint32_t q0, q1;
+    std::memcpy(&q0, p + Off, 4);
+    std::memcpy(&q1, p + Off + Stride, 4);
+    const __m256i q =
+        _mm256_setr_epi32(static_cast<int>(q0), 0, 0, 0, static_cast<int>(q1), 0, 0, 0);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i il = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m256i ih = _mm256_add_epi8(il, _mm256_set1_epi8(2));
+    const __m256i bl = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, il), bit), bit);
+    const __m256i bh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(q, ih), bit), bit);
+    lo = VU8<Tag>(_mm256_or_si256(lo, _mm256_and_si256(bl, v)));
+    hi = VU8<Tag>(_mm256_or_si256(hi, _mm256_and_si256(bh, v)));
+  }
+}
+
+/// Logical right shift of each 32-bit lane by the count in the same lane of n (counts < 32).
+template <class Tag>
+inline VU32<Tag> shr_var_u32(const VU32<Tag>& v, const VU32<Tag>& n) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    return VU32<Tag>(_mm512_srlv_epi32(v, n));
+#endif
+  } else {
+    return VU32<Tag>(_mm256_srlv_epi32(v, n));
+  }
+}
+
+/// acc + madd_i16(a, b) (pmaddwd then add; one vpdpwssd with VNNI).
+template <class Tag>
+inline VI32<Tag> madd_acc_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512VNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpwssd_epi32(acc, a, b));
+#endif
+  } else {
+#if defined(__AVXVNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_avx_epi32(acc, a, b));
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_epi32(acc, a, b));
+#endif
+  }
+  return acc + madd_i16<Tag>(a, b);
+}
+
+/// acc + per int32 lane: scale * (sum of the 4 products u * s of the lane), u <= 63 unsigned, s
+/// signed, the scale (unsigned <= 127) from a lookup16 pattern with kPairs layout: bytes
+/// (scale, 0, scale, 0) per int32 lane. x86: maddubs int16 pair sums, then pmaddwd + add (one
+/// vpdpwssd with VNNI). Exact for 2 * 63 * 128 * 127 < 2^31.
+template <class Tag>
+struct PairScaledDot {
+  static constexpr bool kPairs = true;
+  static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag>& s,
+                       const VI8<Tag>& pat) {
+    return madd_acc_i16<Tag>(acc, madd_u8s8<Tag>(u, s), as<std::int16_t>(pat));
+  }
+};
+
+/// s8 x s8 products summed in adjacent pairs to int16: |w| times a with w's sign (maddubs);
+/// exact for |w|, |a| <= 127 (2 * 127 * 128 < 2^15).
+template <class Tag>
+inline VI16<Tag> madd_s8s8(const VI8<Tag>& w, const VI8<Tag>& a) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    const __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+    return VI16<Tag>(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa));
+#endif
+  } else {
+    return VI16<Tag>(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)));
+  }
+}
+
+/// Tag::bytes / 4 bfloat16 values at p as fp32 (exact: the bits shifted into the upper half).
+template <class Tag>
+inline VF<Tag> load_bf16(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(NIBBLE_K_AVX512)
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    return VF<Tag>(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+#endif
+  } else {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    return VF<Tag>(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+}
+
+}  // namespace
+}  // namespace nibble::kernels
 #endif  // NIBBLE_K_X86

@@ -22,6 +22,8 @@
 //   act(arow, b, &qs, da, e)        activation block b: kValues int8 values, the activation
 //                                   scale(s) and per sub-block extras e (sums for mins/offsets)
 //   dot<Tag>(acc, level_reg, act4)  the int8 product of one slot (dot_u8s8 or S8Dot)
+//   kExtraScaled (optional, default true; kActScalePerSub policies only) false: the extra term
+//                                   is fm * e, not da * fm * e (Q8_1's sum s holds the scale)
 // Result per output: sum over blocks, sub-blocks of da * (fs * S + fm * e).
 #pragma once
 
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
@@ -48,6 +51,13 @@ struct AlignedBuf {
   AlignedBuf(const AlignedBuf&) = delete;
   AlignedBuf& operator=(const AlignedBuf&) = delete;
 };
+
+/// Pol::kExtraScaled, true when the policy does not declare it.
+template <class Pol, class = void>
+struct ExtraScaled : std::true_type {};
+template <class Pol>
+struct ExtraScaled<Pol, std::void_t<decltype(Pol::kExtraScaled)>>
+    : std::bool_constant<Pol::kExtraScaled> {};
 
 template <class Tag, class Pol>
 struct RowsGemm {
@@ -115,7 +125,11 @@ struct RowsGemm {
           if constexpr (Pol::kActScalePerSub) {
             const VF<Tag> da(x[c].da[s]);
             blk[c] = fmadd<Tag>(xsimd::to_float(sum[c]), t.fs[s] * da, blk[c]);
-            blk[c] = fmadd<Tag>(t.fm[s] * da, VF<Tag>(x[c].e[s]), blk[c]);
+            if constexpr (ExtraScaled<Pol>::value) {
+              blk[c] = fmadd<Tag>(t.fm[s] * da, VF<Tag>(x[c].e[s]), blk[c]);
+            } else {
+              blk[c] = fmadd<Tag>(t.fm[s], VF<Tag>(x[c].e[s]), blk[c]);
+            }
           } else {
             blk[c] = fmadd<Tag>(xsimd::to_float(sum[c]), t.fs[s], blk[c]);
             blk[c] = fmadd<Tag>(t.fm[s], VF<Tag>(x[c].e[s]), blk[c]);

@@ -77,23 +77,23 @@ constexpr FormatTraits traits(Format f) {
     case Format::fp4:
       return {"fp4", 64, 36, -1, Format::f32};
     case Format::q4_0:
-      return {"q4_0", 32, 18, 2, Format::f32};
+      return {"q4_0", 32, 18, 2, Format::q8_0};
     case Format::q4_1:
-      return {"q4_1", 32, 20, 3, Format::f32};
+      return {"q4_1", 32, 20, 3, Format::q8_1};
     case Format::q5_0:
-      return {"q5_0", 32, 22, 6, Format::f32};
+      return {"q5_0", 32, 22, 6, Format::q8_0};
     case Format::q5_1:
-      return {"q5_1", 32, 24, 7, Format::f32};
+      return {"q5_1", 32, 24, 7, Format::q8_1};
     case Format::q2_K:
-      return {"q2_K", 256, 84, 10, Format::f32};
+      return {"q2_K", 256, 84, 10, Format::q8_K};
     case Format::q3_K:
-      return {"q3_K", 256, 110, 11, Format::f32};
+      return {"q3_K", 256, 110, 11, Format::q8_K};
     case Format::iq4_nl:
-      return {"iq4_nl", 32, 18, 20, Format::f32};
+      return {"iq4_nl", 32, 18, 20, Format::q8_0};
     case Format::iq4_xs:
-      return {"iq4_xs", 256, 136, 23, Format::f32};
+      return {"iq4_xs", 256, 136, 23, Format::q8_K};
     case Format::mxfp4:
-      return {"mxfp4", 32, 17, 39, Format::f32};
+      return {"mxfp4", 32, 17, 39, Format::q8_0};
     case Format::bf16:
       return {"bf16", 1, 2, 30, Format::f32};
     case Format::q8_1:

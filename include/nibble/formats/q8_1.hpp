@@ -45,6 +45,33 @@ NIBBLE_INLINE void quantize_q8_1(const float* x, BlockQ8_1* y, std::int64_t n) {
   }
 }
 
+/// Q8_1 activation quantizer of ggml's CPU backend (quantize_row_q8_1, x86 AVX2 path; the
+/// rounding of the NEON path too), what ggml feeds its q4_1 / q5_1 dot products: as
+/// quantize_q8_0_act (d = amax/127, id = 127/amax or 0, qs = round-half-even(x*id) saturated to
+/// int8), with s = fp16(d * float(sum qs)) from the unrounded d. Differs from quantize_q8_1 only
+/// when x*id lands on an exact .5 or the two inverse scales round differently.
+NIBBLE_INLINE void quantize_q8_1_act(const float* x, BlockQ8_1* y, std::int64_t n) {
+  detail::check_row("quantize_q8_1_act", n, 32);
+  for (std::int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float a = std::fabs(x[j]);
+      amax = amax > a ? amax : a;
+    }
+    const float d = amax / 127.f;
+    y[b].d = fp32_to_fp16(d);
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      int v = cvt_trunc_i32(std::nearbyint(x[j] * id));
+      v = v < -128 ? -128 : (v > 127 ? 127 : v);
+      y[b].qs[j] = static_cast<std::int8_t>(v);
+      sum += v;
+    }
+    y[b].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
 /// Q8_1 dequantizer: y = float(qs) * float(d) (s is not used).
 NIBBLE_INLINE void dequantize_q8_1(const BlockQ8_1* x, float* y, std::int64_t n) {
   detail::check_row("dequantize_q8_1", n, 32);

@@ -1,0 +1,632 @@
+// nibble: the integer kernels of the low-bit K-quants Q2_K and Q3_K against Q8_K activations: the
+// scalar reference dots, the GEMV bodies (Q2Simd, Q3Simd) and the GEMM (RowsGemm) policies,
+// written once for every SIMD tag over xsimd batches and the helpers of intrin-*.hpp.
+//
+// Integer scheme (ggml's vec_dot_q2_K_q8_K / q3_K_q8_K), per 256-value block and 16-value
+// sub-block sb of a weight row, with Q8_K activations a (scale d_a, sums bsum[sb]):
+//   Q2_K: y += d_w d_a sum_sb sc[sb] sum q a  -  dmin_w d_a sum_sb m[sb] bsum[sb]   (q 0..3)
+//   Q3_K: y += d_w d_a sum_sb (s[sb] - 32) sum (u - 4) a                            (u 0..7)
+// where Q3_K's level u = q2 + 4 * (its hmask bit). The weights are read as stored: register v
+// holds qs bytes [v W, v W + W) (W = Tag::bytes); shifted right by 2s it gives the levels of
+// values 128 h + 32 s + l (h, l: the byte's half and position in it), every 16-byte lane one
+// sub-block. The activations are re-laid out once per call into that order. Each int32 lane
+// belongs to one sub-block; its scale is applied per lane from a pattern looked up (lookup16) in
+// the block's scales (PairScaledDot / pmaddwd). Q2_K's mins use bsums (a pmaddwd of the 16 mins
+// with the 16 sums); Q3_K's -4 offset is the prepared starting value of each lane (-4 times the
+// sum of its activations) and its -32 scale offset the sum of the offset-corrected products
+// times -32. Integer sums are exact; one or two float fma per block and row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+/// The 2-bit level of value v (0..255) of a Q2_K / Q3_K block's qs.
+inline int kq_level2(const std::uint8_t* qs, int v) {
+  return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+}
+
+/// The 6-bit scale of sub-block j of Q3_K's 12 packed scale bytes.
+inline int q3_scale6(const std::uint8_t* sc, int j) {
+  const int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+  return lo | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
+/// Scalar reference dot of a Q2_K row with a Q8_K row (nb blocks), ggml's generic order.
+inline float q2k_dot_scalar(const std::uint8_t* w, const std::uint8_t* a, std::int64_t nb) {
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b, w += sizeof(BlockQ2_K), a += sizeof(BlockQ8_K)) {
+    const std::uint8_t* sc = w;
+    const std::uint8_t* qs = w + 16;
+    const auto* q8 = reinterpret_cast<const std::int8_t*>(a + 4);
+    std::int16_t bs[16];
+    std::memcpy(bs, a + 260, sizeof bs);
+    int summs = 0, isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      summs += (sc[j] >> 4) * bs[j];
+      int s = 0;
+      for (int t = 0; t < 16; ++t) s += kq_level2(qs, 16 * j + t) * q8[16 * j + t];
+      isum += (sc[j] & 0xF) * s;
+    }
+    const float da = ld_f32(a);
+    const float dall = da * half_to_float(ld_u16(w + 80));
+    const float dmin = da * half_to_float(ld_u16(w + 82));
+    sum += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return sum;
+}
+
+/// Scalar reference dot of a Q3_K row with a Q8_K row: the exact integer sum per block, times
+/// d_w * d_a.
+inline float q3k_dot_scalar(const std::uint8_t* w, const std::uint8_t* a, std::int64_t nb) {
+  float sum = 0.0f;
+  for (std::int64_t b = 0; b < nb; ++b, w += sizeof(BlockQ3_K), a += sizeof(BlockQ8_K)) {
+    const std::uint8_t* hm = w;
+    const std::uint8_t* qs = w + 32;
+    const auto* q8 = reinterpret_cast<const std::int8_t*>(a + 4);
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int s = 0;
+      for (int t = 0; t < 16; ++t) {
+        const int v = 16 * j + t;
+        const int l = kq_level2(qs, v) - (((hm[v % 32] >> (v / 32)) & 1) ? 0 : 4);
+        s += l * q8[v];
+      }
+      isum += (q3_scale6(w + 96, j) - 32) * s;
+    }
+    sum += (half_to_float(ld_u16(w + 108)) * ld_f32(a)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+/// Scalar GEMM over a row dot (the scalar table's gemm of Q2_K / Q3_K).
+template <float (*Dot)(const std::uint8_t*, const std::uint8_t*, std::int64_t)>
+void kq_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                    std::int64_t ldy) {
+  const auto* w = static_cast<const std::uint8_t*>(W);
+  const auto* a = static_cast<const std::uint8_t*>(A);
+  for (std::int64_t r = r0; r < r1; ++r)
+    for (std::int64_t j = 0; j < n; ++j)
+      Y[j * ldy + r] = Dot(w + static_cast<std::size_t>(r) * wrb,
+                           a + static_cast<std::size_t>(j) * arb, cols / 256);
+}
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+/// What Q2Simd and Q3Simd share: the activation order, the pattern tables, the GEMV driver.
+template <class Tag>
+struct Kq23Layout {
+  static constexpr int kW = Tag::bytes;
+  static constexpr int kNV = 64 / kW;  ///< qs registers per block
+  /// Value of byte b of qs register v at shift s (see the file comment).
+  static constexpr int value(int v, int s, int b) {
+    const int p = v * kW + b;
+    return 128 * (p / 32) + 32 * s + p % 32;
+  }
+  /// lookup16 index pattern of register (v, s): the sub-block of each int32 lane at the scale
+  /// byte positions (kPairs: bytes 0 and 2 of the lane, else byte 0), 0x80 (zero) elsewhere.
+  template <bool kPairs>
+  struct Patterns {
+    alignas(64) std::uint8_t idx[kNV][4][kW];
+    Patterns() {
+      for (int v = 0; v < kNV; ++v)
+        for (int s = 0; s < 4; ++s)
+          for (int b = 0; b < kW; ++b) {
+            const int e = b % 4;
+            const bool take = e == 0 || (kPairs && e == 2);
+            idx[v][s][b] = take ? static_cast<std::uint8_t>(value(v, s, b) / 16) : 0x80;
+          }
+    }
+  };
+  /// The activations of a Q8_K block in register order: a[(4 v + s) W + b] = qs[value(v, s, b)].
+  /// (16 consecutive register bytes from a 16-byte boundary hold 16 consecutive values.)
+  static void permute(const BlockQ8_K& in, std::int8_t* a) {
+    for (int v = 0; v < kNV; ++v)
+      for (int s = 0; s < 4; ++s)
+        for (int b = 0; b < kW; b += 16)
+          std::memcpy(a + (4 * v + s) * kW + b, in.qs + value(v, s, b), 16);
+  }
+};
+
+template <class Tag>
+struct Q2Simd {
+  using L = Kq23Layout<Tag>;
+  using SD = PairScaledDot<Tag>;
+  static constexpr int kW = Tag::bytes, kNV = L::kNV;
+  static constexpr int kR = 4;         ///< rows per GEMV group
+  static constexpr int kRowsMinN = 4;  ///< n from which RowsGemm runs (see kq_gemm)
+
+  /// Per activation block: the values in register order, the 16 sub-block sums (int16, zero
+  /// padded to 32), the scale.
+  struct Prep {
+    std::int8_t a[256];
+    std::int16_t bsp[32];
+    float d;
+    float pad[15];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 256; ++b) {
+      std::memset(&p[b], 0, sizeof(Prep));
+      L::permute(in[b], p[b].a);
+      for (int j = 0; j < 16; ++j) p[b].bsp[j] = in[b].bsums[j];
+      p[b].d = in[b].d;
+    }
+  }
+  static void dequant(const void* src, std::int64_t n, float* y);
+  static const typename L::template Patterns<SD::kPairs>& patterns() {
+    static const typename L::template Patterns<SD::kPairs> p;
+    return p;
+  }
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    constexpr int kPrefetch = 512;
+    const auto& pt = patterns();
+    const Prep* pa = Row::prep(A, cols);
+    const VU8<Tag> m3(static_cast<std::uint8_t>(3)), m4(static_cast<std::uint8_t>(0x0F));
+    VF<Tag> acc[R];
+    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Prep& a = pa[b];
+      static_for<R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ2_K);
+        prefetch_l1(x + kPrefetch);
+        prefetch_l1(x + kPrefetch + 64);
+        if (far) {
+          prefetch_l2(x + far);
+          prefetch_l2(x + far + 64);
+        }
+        const VI8<Tag> sc =
+            table16<Tag>(reinterpret_cast<const std::int8_t*>(x)) & as<std::int8_t>(m4);
+        VI32<Tag> isum(0), msum(0);
+        static_for<kNV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 16 + v * kW);
+          static_for<4>([&](auto sc_) {
+            constexpr int s = decltype(sc_)::value;
+            const VU8<Tag> u =
+                s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
+            const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.idx[v][s]));
+            isum = SD::acc(isum, u, loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW), pat);
+          });
+        });
+        for (int o = 0; o < 16; o += kW / 2) {
+          const VI16<Tag> m = as<std::int16_t>(as<std::uint16_t>(widen_u8_i16<Tag>(x + o)) >> 4);
+          msum = msum + madd_i16<Tag>(m, loadu<std::int16_t, Tag>(a.bsp + o));
+        }
+        float d, dmin;
+        h2f_pair<Tag>(x + 80, &d, &dmin);
+        acc[r] = fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(d * a.d), acc[r]);
+        acc[r] = fmadd<Tag>(xsimd::to_float(msum), VF<Tag>(-(dmin * a.d)), acc[r]);
+      });
+    }
+    static_for<R>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      Y[r] = xsimd::hadd(acc[r]);
+    });
+  }
+};
+
+template <class Tag>
+struct Q3Simd;
+
+/// Dequantizer of Q2_K / Q3_K on a SIMD tag: the 256 signed integer values of a block are made
+/// in registers and stored in value order, then converted per 16-value sub-block with the
+/// reference's float steps (Q2_K: (d * sc) * q - dmin * m; Q3_K: (d * (s - 32)) * v).
+template <class Tag, bool Q3>
+void kq23_dequant(const void* src, std::int64_t n, float* y) {
+  using L = Kq23Layout<Tag>;
+  constexpr int kW = Tag::bytes, kF = kW / 4;
+  const auto* x0 = static_cast<const std::uint8_t*>(src);
+  const VU8<Tag> m3(static_cast<std::uint8_t>(3));
+  constexpr std::size_t kBlock = Q3 ? sizeof(BlockQ3_K) : sizeof(BlockQ2_K);
+  for (std::int64_t b = 0; b < n / 256; ++b, y += 256) {
+    const std::uint8_t* x = x0 + static_cast<std::size_t>(b) * kBlock;
+    alignas(64) std::int8_t v[256];
+    static_for<L::kNV>([&](auto vc) {
+      constexpr int vi = decltype(vc)::value;
+      const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + (Q3 ? 32 : 16) + vi * kW);
+      static_for<4>([&](auto sc_) {
+        constexpr int s = decltype(sc_)::value;
+        VU8<Tag> u = s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
+        if constexpr (Q3) {
+          // value = level - 4, the level's bit 2 from hmask (see Q3Simd::run)
+          const VU8<Tag> hm = Q3Simd<Tag>::hmask(x, vi);
+          u = as<std::uint8_t>(as<std::int8_t>(u | Q3Simd<Tag>::template high_bit<vi, s>(hm)) -
+                               VI8<Tag>(static_cast<std::int8_t>(4)));
+        }
+        alignas(64) std::int8_t t[kW];
+        as<std::int8_t>(u).store_aligned(t);
+        for (int k = 0; k < kW / 16; ++k) std::memcpy(v + L::value(vi, s, 16 * k), t + 16 * k, 16);
+      });
+    });
+    if constexpr (Q3) {
+      const float d = h2f<Tag>(ld_u16(x + 108));
+      for (int j = 0; j < 16; ++j) {
+        const VF<Tag> dl(d * static_cast<float>(q3_scale6(x + 96, j) - 32));
+        for (int f = 0; f < 16; f += kF)
+          (dl * xsimd::to_float(widen_i8_i32<Tag>(v + 16 * j + f))).store_unaligned(y + 16 * j + f);
+      }
+    } else {
+      float d, dmin;
+      h2f_pair<Tag>(x + 80, &d, &dmin);
+      for (int j = 0; j < 16; ++j) {
+        const VF<Tag> dl(d * static_cast<float>(x[j] & 0xF)),
+            ml(dmin * static_cast<float>(x[j] >> 4));
+        for (int f = 0; f < 16; f += kF)
+          (dl * xsimd::to_float(widen_i8_i32<Tag>(v + 16 * j + f)) - ml)
+              .store_unaligned(y + 16 * j + f);
+      }
+    }
+  }
+}
+
+template <class Tag>
+void Q2Simd<Tag>::dequant(const void* src, std::int64_t n, float* y) {
+  kq23_dequant<Tag, false>(src, n, y);
+}
+
+template <class Tag>
+struct Q3Simd {
+  using L = Kq23Layout<Tag>;
+  static void dequant(const void* src, std::int64_t n, float* y) {
+    kq23_dequant<Tag, true>(src, n, y);
+  }
+  static constexpr int kW = Tag::bytes, kNV = L::kNV;
+  static constexpr int kR = 4;
+  static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
+  /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
+  static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
+  static constexpr bool kPairs = !kDot4;  ///< scale pattern layout (see Kq23Layout)
+
+  /// Per activation block: the values in register order; the starting values -4 * (sum of the
+  /// activations of each int32 lane (kDot4) or int16 pair) at the lane's byte offset; the scale.
+  struct Prep {
+    std::int8_t a[256];
+    std::int8_t init[256];
+    float d;
+    float pad[15];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    constexpr int kG = kDot4 ? 4 : 2;
+    for (std::int64_t b = 0; b < cols / 256; ++b) {
+      std::memset(&p[b], 0, sizeof(Prep));
+      L::permute(in[b], p[b].a);
+      for (int o = 0; o < 256; o += kG) {
+        int s = 0;
+        for (int e = 0; e < kG; ++e) s += p[b].a[o + e];
+        if constexpr (kG == 2) {
+          const auto v = static_cast<std::int16_t>(-4 * s);
+          std::memcpy(p[b].init + o, &v, 2);
+        } else {
+          const std::int32_t v = -4 * s;
+          std::memcpy(p[b].init + o, &v, 4);
+        }
+      }
+      p[b].d = in[b].d;
+    }
+  }
+
+  /// Constant patterns: the scale lookups, and the two lookup16 indexes and shift counts that
+  /// unpack the 12 scale bytes (bytes 0..11 of each 16-byte lane) into the 16 6-bit scales.
+  struct Patterns {
+    typename L::template Patterns<kPairs> sc;
+    alignas(64) std::uint8_t lo_idx[kW], lo_m1[kW], lo_m2[kW], hi_idx[kW];
+    alignas(64) std::uint32_t hi_shift[kW / 4];
+    Patterns() {
+      for (int b = 0; b < kW; ++b) {
+        const int j = b % 16;
+        lo_idx[b] = static_cast<std::uint8_t>(2 + j % 8);
+        lo_m1[b] = j < 8 ? 0x0F : 0;
+        lo_m2[b] = j < 8 ? 0 : 0x0F;
+        hi_idx[b] = static_cast<std::uint8_t>(2 + 8 + j % 4);
+      }
+      for (int i = 0; i < kW / 4; ++i) hi_shift[i] = static_cast<std::uint32_t>(2 * (i % 4));
+    }
+  };
+  static const Patterns& patterns() {
+    static const Patterns p;
+    return p;
+  }
+
+  /// The hmask bytes of qs register v: byte t holds the high bits of the values of qs byte
+  /// v W + t (hmask[(v W + t) % 32]).
+  static VU8<Tag> hmask(const std::uint8_t* x, int v) {
+    if constexpr (kW == 64) {
+      return load_halves<Tag>(x, x);
+    } else {
+      return loadu<std::uint8_t, Tag>(x + (v * kW) % 32);
+    }
+  }
+  /// Bit 2 of each byte = the high bit of the level of register v at shift s: bit k = 4 h + s of
+  /// hm (h: the half of the qs byte), moved by 16-bit shifts, (hm << 2) >> k for s < 2 and
+  /// hm >> (k - 2) otherwise (no bit of a byte leaves its 16-bit lane; & 4 drops the others).
+  template <int v, int s>
+  static VU8<Tag> high_bit(const VU8<Tag>& hm) {
+    constexpr int h0 = v * kW / 32, h1 = (v * kW + kW - 1) / 32;  // halves of register v
+    const VU16<Tag> h16 = as<std::uint16_t>(hm);
+    VU16<Tag> t;
+    if constexpr (s < 2) {
+      t = shr_halves<Tag>(h16 << 2, 4 * h0 + s, 4 * h1 + s);
+    } else {
+      t = shr_halves<Tag>(h16, 4 * h0 + s - 2, 4 * h1 + s - 2);
+    }
+    return as<std::uint8_t>(t) & VU8<Tag>(static_cast<std::uint8_t>(4));
+  }
+
+  /// The 16 6-bit scales (unsigned, 0..63) of a block whose bytes 94..109 are in a 16-byte lane
+  /// of s (the 12 scale bytes at lane bytes 2..13), in that lane; one block per lane.
+  static VI8<Tag> scales6(const VI8<Tag>& s, const Patterns& pt) {
+    const VU8<Tag> a = as<std::uint8_t>(lookup16<Tag>(s, loadu<std::uint8_t, Tag>(pt.lo_idx)));
+    const VU8<Tag> l =
+        (a & loadu<std::uint8_t, Tag>(pt.lo_m1)) |
+        (as<std::uint8_t>(as<std::uint16_t>(a) >> 4) & loadu<std::uint8_t, Tag>(pt.lo_m2));
+    const VU32<Tag> h = as<std::uint32_t>(lookup16<Tag>(s, loadu<std::uint8_t, Tag>(pt.hi_idx)));
+    const VU8<Tag> hh =
+        as<std::uint8_t>(shr_var_u32<Tag>(h, loadu<std::uint32_t, Tag>(pt.hi_shift)) << 4);
+    return as<std::int8_t>(l | (hh & VU8<Tag>(static_cast<std::uint8_t>(0x30))));
+  }
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    constexpr int kPrefetch = 512;
+    const Patterns& pt = patterns();
+    const Prep* pa = Row::prep(A, cols);
+    const VU8<Tag> m3(static_cast<std::uint8_t>(3));
+    VF<Tag> acc[R];
+    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
+    constexpr int kH = kW / 16;             // rows whose scales one register unpacks
+    constexpr int kSR = (R + kH - 1) / kH;  // scale registers
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const Prep& a = pa[b];
+      VI8<Tag> s6[kSR];
+      for (int g = 0; g < kSR; ++g) {
+        const void* lp[kH];  // bytes 94..109 of each row's block (the scales at lane bytes 2..13)
+        for (int l = 0; l < kH; ++l)
+          lp[l] = W + (g * kH + l < R ? g * kH + l : R - 1) * wrb +
+                  static_cast<std::size_t>(b) * sizeof(BlockQ3_K) + 94;
+        s6[g] = scales6(as<std::int8_t>(load_lanes<Tag>(lp)), pt);
+      }
+      static_for<R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ3_K);
+        prefetch_l1(x + kPrefetch);
+        prefetch_l1(x + kPrefetch + 64);
+        if (far) {
+          prefetch_l2(x + far);
+          prefetch_l2(x + far + 64);
+        }
+        const VI8<Tag> sc = as<std::int8_t>(bcast_lane<Tag>(as<std::uint8_t>(s6[r / kH]), r % kH));
+        VI32<Tag> isum(0), usum(0);
+        VI16<Tag> usum16(0);
+        static_for<kNV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 32 + v * kW);
+          const VU8<Tag> hm = hmask(x, v);
+          static_for<4>([&](auto sc_) {
+            constexpr int s = decltype(sc_)::value;
+            const VU8<Tag> q2 =
+                s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
+            const VU8<Tag> u = q2 | high_bit<v, s>(hm);
+            const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
+            const VI8<Tag> av = loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW);
+            const std::int8_t* ip = a.init + (4 * v + s) * kW;
+            if constexpr (kDot4) {
+              // int32 lanes: sum of 4 (u - 4) a, |.| <= 2048 (an int16 for the scale's pmaddwd)
+              const VI32<Tag> t = dot_u8s8<Tag>(loadu<std::int32_t, Tag>(ip), u, av);
+              isum = madd_acc_i16<Tag>(isum, as<std::int16_t>(t), as<std::int16_t>(pat));
+              usum = usum + t;
+            } else {
+              const VI16<Tag> t = madd_u8s8<Tag>(u, av) + loadu<std::int16_t, Tag>(ip);
+              isum = madd_acc_i16<Tag>(isum, t, as<std::int16_t>(pat));
+              usum16 = usum16 + t;  // |.| <= 16 registers * 2 * 4 * 128
+            }
+          });
+        });
+        // sum_sb (s - 32) X_sb = sum_sb s X_sb - 32 sum X
+        if constexpr (kDot4) {
+          isum = isum - (usum << 5);
+        } else {
+          isum = madd_acc_i16<Tag>(isum, usum16, VI16<Tag>(static_cast<std::int16_t>(-32)));
+        }
+        acc[r] =
+            fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(h2f<Tag>(ld_u16(x + 108)) * a.d), acc[r]);
+      });
+    }
+    static_for<R>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      Y[r] = xsimd::hadd(acc[r]);
+    });
+  }
+};
+
+/// GEMM driver: the GEMV (rows in groups of K::kR) once per activation row for n < K::kRowsMinN
+/// (below that RowsGemm's per-call repack costs more than passes over cache-resident weights,
+/// measured), `Gemm` otherwise.
+template <class K, void (*Gemm)(const void*, std::size_t, std::int64_t, std::int64_t, std::int64_t,
+                                const void*, std::size_t, std::int64_t, float*, std::int64_t)>
+void kq_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+             const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+  if (n >= K::kRowsMinN) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+  for (std::int64_t j = 0; j < n; ++j)
+    gemv_groups<K, K::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y + j * ldy,
+                          static_cast<const std::uint8_t*>(A) + j * arb, arb, cols / 256, cols);
+}
+
+/// The kL dwords of each of kL rows at byte offset `off` of block b, transposed: r[k] lane i =
+/// dword k of row i.
+template <class Tag, class Block>
+inline void kq_transpose_at(const std::uint8_t* const* rows, std::int64_t b, int off,
+                            VI32<Tag>* r) {
+  constexpr int kL = Tag::bytes / 4;
+  for (int i = 0; i < kL; ++i)
+    r[i] = loadu<std::int32_t, Tag>(
+        reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const Block*>(rows[i]) + b) + off);
+  transpose_i32<Tag>(r);
+}
+
+/// The Q2_K / Q3_K 2-bit levels of block b of kL rows, transposed into slots (lane i: row i):
+/// slot j holds the levels of values 4j .. 4j + 3. QsOff: offset of qs in the block.
+template <class Tag, class Block, int QsOff>
+inline void kq_levels2(const std::uint8_t* const* rows, std::int64_t b, VU32<Tag>* slot) {
+  constexpr int kL = Tag::bytes / 4;
+  const VU32<Tag> m3(0x03030303u);
+  for (int ch = 0; ch < 64 / (4 * kL); ++ch) {
+    VI32<Tag> r[kL];
+    kq_transpose_at<Tag, Block>(rows, b, QsOff + 4 * kL * ch, r);
+    for (int k = 0; k < kL; ++k) {
+      const int m = kL * ch + k;  // qs dword: half m / 8, values 128 h + 32 g + 4 (m % 8)
+      for (int g = 0; g < 4; ++g)
+        slot[32 * (m / 8) + 8 * g + m % 8] = (as<std::uint32_t>(r[k]) >> (2 * g)) & m3;
+    }
+  }
+}
+
+/// The kL rows' fp16 at byte offset `off` of block b as floats (lane i: row i).
+template <class Tag, class Block>
+inline VF<Tag> kq_rows_f16(const std::uint8_t* const* rows, std::int64_t b, int off) {
+  constexpr int kL = Tag::bytes / 4;
+  alignas(64) std::uint32_t h[kL];
+  for (int i = 0; i < kL; ++i)
+    h[i] = ld_u16(
+        reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const Block*>(rows[i]) + b) + off);
+  return h2f_lo16<Tag>(VU32<Tag>::load_aligned(h));
+}
+
+/// The Q2_K policy of the integer GEMM engine: unsigned 2-bit levels; per sub-block
+/// fs = d * sc, fm = -dmin * m, extras the Q8_K bsums.
+struct Q2Rows {
+  static constexpr int kValues = 256, kSub = 16;
+  static constexpr bool kActScalePerSub = false;
+  /// int16 depth without VNNI / sdot: a sub-block's 4 slots, 4 * 2 * 3 * 128 < 2^15.
+  template <class Tag>
+  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+
+  template <class Tag>
+  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
+                     VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    VU32<Tag> slot[64];
+    kq_levels2<Tag, BlockQ2_K, 16>(rows, b, slot);
+    for (int j = 0; j < 64; ++j) lv[j] = as<std::uint8_t>(slot[j]);
+    VI32<Tag> r[kL < 4 ? 4 : kL];
+    kq_transpose_at<Tag, BlockQ2_K>(rows, b, 0, r);  // scales: dwords 0..3
+    const VF<Tag> d = kq_rows_f16<Tag, BlockQ2_K>(rows, b, 80);
+    const VF<Tag> ndmin = -kq_rows_f16<Tag, BlockQ2_K>(rows, b, 82);
+    const VU32<Tag> kff(0xFFu);
+    for (int s = 0; s < 16; ++s) {
+      const VU32<Tag> c = (as<std::uint32_t>(r[s / 4]) >> (8 * (s % 4))) & kff;
+      fs[s] = d * xsimd::to_float(as<std::int32_t>(c & VU32<Tag>(15u)));
+      fm[s] = ndmin * xsimd::to_float(as<std::int32_t>(c >> 4));
+    }
+  }
+
+  static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
+                  float* da, float* e) {
+    const BlockQ8_K& a = reinterpret_cast<const BlockQ8_K*>(arow)[b];
+    std::memcpy(qs, a.qs, 256);
+    da[0] = a.d;
+    for (int s = 0; s < 16; ++s) e[s] = static_cast<float>(a.bsums[s]);
+  }
+
+  template <class Tag>
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
+    return dot_u8s8<Tag>(acc, lv, a);
+  }
+};
+
+/// The Q3_K policy: unsigned 3-bit levels u (value u - 4); fs = d * (s - 32), fm = -4 * fs,
+/// extras the bsums.
+struct Q3Rows {
+  static constexpr int kValues = 256, kSub = 16;
+  static constexpr bool kActScalePerSub = false;
+  /// int16 depth without VNNI / sdot: 4 * 2 * 7 * 128 < 2^15.
+  template <class Tag>
+  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+
+  template <class Tag>
+  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
+                     VF<Tag>* fs, VF<Tag>* fm) {
+    constexpr int kL = Tag::bytes / 4;
+    VU32<Tag> slot[64];
+    kq_levels2<Tag, BlockQ3_K, 32>(rows, b, slot);
+    // High bits: hmask dword l / 4 (l = value % 32), bit 4 h + g for value 128 h + 32 g + l.
+    const VU32<Tag> m1(0x01010101u);
+    for (int ch = 0; ch < 32 / (4 * kL) || ch == 0; ++ch) {
+      VI32<Tag> r[kL];
+      kq_transpose_at<Tag, BlockQ3_K>(rows, b, 4 * kL * ch, r);
+      for (int k = 0; k < kL && kL * ch + k < 8; ++k) {
+        const int c = kL * ch + k;  // hmask dword: values with l = 4c .. 4c + 3
+        const VU32<Tag> hm = as<std::uint32_t>(r[k]);
+        for (int h = 0; h < 2; ++h)
+          for (int g = 0; g < 4; ++g) {
+            const int j = 32 * h + 8 * g + c;
+            lv[j] = as<std::uint8_t>(slot[j] | (((hm >> (4 * h + g)) & m1) << 2));
+          }
+      }
+    }
+    // Scales: the 12 bytes at 96 as three dwords per row (lane i: row i), d at 108.
+    alignas(64) std::uint32_t sw[3][kL];
+    for (int i = 0; i < kL; ++i) {
+      const auto* blk =
+          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const BlockQ3_K*>(rows[i]) + b);
+      for (int w = 0; w < 3; ++w) std::memcpy(&sw[w][i], blk + 96 + 4 * w, 4);
+    }
+    const VU32<Tag> s0 = VU32<Tag>::load_aligned(sw[0]), s1 = VU32<Tag>::load_aligned(sw[1]),
+                    s2 = VU32<Tag>::load_aligned(sw[2]);
+    const VF<Tag> d = kq_rows_f16<Tag, BlockQ3_K>(rows, b, 108);
+    const VU32<Tag> k0f(0x0Fu), k3(3u);
+    for (int j = 0; j < 16; ++j) {
+      const VU32<Tag> lo = j < 8 ? ((j < 4 ? s0 : s1) >> (8 * (j % 4))) & k0f
+                                 : ((j < 12 ? s0 : s1) >> (8 * (j % 4) + 4)) & k0f;
+      const VU32<Tag> hi = (s2 >> (8 * (j % 4) + 2 * (j / 4))) & k3;
+      const VI32<Tag> sc = as<std::int32_t>(lo | (hi << 4)) - VI32<Tag>(32);
+      fs[j] = d * xsimd::to_float(sc);
+      fm[j] = fs[j] * VF<Tag>(-4.0f);
+    }
+  }
+
+  static void act(const std::uint8_t* arow, std::int64_t, std::int64_t b, std::int8_t* qs,
+                  float* da, float* e) {
+    Q2Rows::act(arow, 0, b, qs, da, e);
+  }
+
+  template <class Tag>
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
+    return dot_u8s8<Tag>(acc, lv, a);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels
