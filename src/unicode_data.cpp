@@ -5,6 +5,7 @@
 
 namespace nibble::detail {
 
+// clang-format off
 // first_code_point << 8 | class; each range ends where the next one starts.
 const std::uint32_t kUnicodeRanges[] = {
     0x00000007, 0x0000090f, 0x00000e07, 0x0000200b, 0x00002105, 0x00002406, 0x00002505, 0x00002b06,
@@ -1000,5 +1001,6 @@ const std::uint32_t kUnicodeNfd[][3] = {
     {0x2fa1b, 0x2fa1b, 0x9f16}, {0x2fa1c, 0x2fa1c, 0x9f3b}, {0x2fa1d, 0x2fa1d, 0x2a600},
 };
 const std::size_t kUnicodeNfdCount = sizeof(kUnicodeNfd) / sizeof(kUnicodeNfd[0]);
+// clang-format on
 
 }  // namespace nibble::detail

@@ -194,6 +194,7 @@ def main():
     out.append('')
     out.append('namespace nibble::detail {')
     out.append('')
+    out.append('// clang-format off')
     out.append('// first_code_point << 8 | class; each range ends where the next one starts.')
     out.append('const std::uint32_t kUnicodeRanges[] = {')
     row = []
@@ -224,6 +225,7 @@ def main():
         out.append('    ' + ' '.join(items[i:i + 4]))
     out.append('};')
     out.append('const std::size_t kUnicodeNfdCount = sizeof(kUnicodeNfd) / sizeof(kUnicodeNfd[0]);')
+    out.append('// clang-format on')
     out.append('')
     out.append('}  // namespace nibble::detail')
     with open(args.output, 'w', encoding='utf-8') as f:

@@ -24,9 +24,9 @@ namespace {
 namespace g = nibble::gguf;
 using nibble::llm::Tokenizer;
 
-const char* const kPre[] = {"gpt-2",  "default",        "llama-bpe", "qwen2", "qwen35",
-                            "falcon", "deepseek-llm",   "deepseek-coder", "starcoder",
-                            "bloom",  "viking",         "gemma4"};
+const char* const kPre[] = {"gpt-2",     "default", "llama-bpe",    "qwen2",
+                            "qwen35",    "falcon",  "deepseek-llm", "deepseek-coder",
+                            "starcoder", "bloom",   "viking",       "gemma4"};
 constexpr std::size_t kNumPre = sizeof(kPre) / sizeof(kPre[0]);
 
 struct Vocabs {
