@@ -133,6 +133,7 @@ nibble::Context to_context(const nibble_context* c) {
   ctx.threads = c->threads;
   ctx.parallel_for = c->parallel_for;
   ctx.pool = c->pool;
+  ctx.exact_nf4 = c->exact_nf4 != 0;
   return ctx;
 }
 

@@ -330,6 +330,57 @@ TEST(CApi, GemmLayoutAndPools) {
   }
 }
 
+// exact_nf4: the NF4 GEMV in fp32 (as the GEMM's rows) instead of x86's int16 dot product.
+TEST(CApi, ExactNf4) {
+  const int64_t rows = 64, cols = 2048, n = 2;
+  std::vector<float> wf(rows * cols), X(n * cols);
+  // Blocks of one absmax weight (code 1.0) and 63 weights on the code 0.0796 (NF4 code 9), whose
+  // int16 image 0.0796 * 16382 = 1303.7 rounds by 2.5e-4 relative, all with the same sign, so the
+  // int16 GEMV is off by about 2e-4 of sum |w x| while the fp32 one is exact to float rounding.
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float scale = 1.0f + static_cast<float>((i / cols) % 7);
+    wf[i] = scale * (i % 64 == 0 ? 1.0f : 0.0796f);
+  }
+  for (int64_t i = 0; i < n * cols; ++i) X[i] = 0.5f + 0.25f * static_cast<float>(i % 3);
+  const int f = fmt("nf4");
+  std::vector<unsigned char> W(rows * nibble_row_bytes(f, cols));
+  ASSERT_EQ(nibble_quantize(f, wf.data(), rows, cols, W.data(), nullptr), NIBBLE_OK);
+  std::vector<float> dq(rows * cols);
+  ASSERT_EQ(nibble_dequantize(f, W.data(), rows, cols, dq.data()), NIBBLE_OK);
+  nibble_context c;
+  std::memset(&c, 0, sizeof c);
+  c.threads = 1;
+  std::vector<float> y_int(rows), y_exact(rows);
+  ASSERT_EQ(nibble_gemv(&c, f, W.data(), rows, cols, X.data(), y_int.data()), NIBBLE_OK);
+  c.exact_nf4 = 1;
+  ASSERT_EQ(nibble_gemv(&c, f, W.data(), rows, cols, X.data(), y_exact.data()), NIBBLE_OK);
+  double err_exact = 0, err_int = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double ref = 0, mag = 0;
+    for (int64_t k = 0; k < cols; ++k) {
+      ref += static_cast<double>(dq[r * cols + k]) * X[k];
+      mag += std::fabs(static_cast<double>(dq[r * cols + k]) * X[k]);
+    }
+    // fp32 accumulation of exact products (2048 same-sign terms: about 1e-5 of the magnitude in
+    // the scalar path's one running sum, 1e-7 in the SIMD paths' lanes)
+    EXPECT_NEAR(y_exact[r], ref, 3e-5 * mag) << r;
+    // int16 rounding on x86 (fp32 elsewhere): within 1e-3 of the magnitude
+    EXPECT_NEAR(y_int[r], ref, 1e-3 * mag) << r;
+    err_exact = std::max(err_exact, std::fabs(y_exact[r] - ref) / mag);
+    err_int = std::max(err_int, std::fabs(y_int[r] - ref) / mag);
+  }
+  EXPECT_LE(err_exact, err_int);
+  nibble_context probe;
+  std::memset(&probe, 0, sizeof probe);
+  int isa = 0;
+  ASSERT_EQ(nibble_best_isa(&probe, &isa), NIBBLE_OK);
+  const bool x86 = isa == NIBBLE_ISA_AVX2 || isa == NIBBLE_ISA_AVX512 || isa == NIBBLE_ISA_AVXVNNI;
+  if (x86) {
+    EXPECT_LT(err_exact, 3e-6);
+    EXPECT_GT(err_int, 1e-4) << "the x86 NF4 GEMV is expected to round to int16";
+  }
+}
+
 class CApiGguf : public ::testing::Test {
  protected:
   void SetUp() override {

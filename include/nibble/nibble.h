@@ -108,6 +108,10 @@ typedef struct nibble_context {
   int threads;   /**< 0 = all hardware threads; else at most this many (default pool only) */
   nibble_parallel_for parallel_for; /**< optional: your pool (NULL = nibble's default)... */
   void* pool;                       /**< ...and its handle, passed back to parallel_for */
+  /** NF4/FP4 GEMV (n = 1) on x86 rounds the code book and the activations to int16 (relative
+   *  error about 1e-4 of sum |w x|). Nonzero: the fp32 product of the dequantized weights
+   *  instead (bitsandbytes' semantics, as nibble_gemm with n > 1). Other formats: no effect. */
+  int exact_nf4;
 } nibble_context;
 
 /** ISA that compute calls under `ctx` (NULL = defaults) use, into *isa. */
