@@ -335,6 +335,17 @@ NIBBLE_INLINE void check_row(const char* fn, std::int64_t n, std::int64_t block)
     nibble::detail::fail(fn, ": n = ", n, " is not a non-negative multiple of ", block);
 }
 
+/// max |x[j]| over 32 values, in the reference quantizers' order (finite inputs: the same value as
+/// any max tree).
+NIBBLE_INLINE float abs_max32(const float* x) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = amax > a ? amax : a;
+  }
+  return amax;
+}
+
 /// ggml's hsum_float_8 order (x86 kernels): ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
 NIBBLE_INLINE float hsum8_ggml(const float a[8]) {
   const float r0 = a[0] + a[4], r1 = a[1] + a[5], r2 = a[2] + a[6], r3 = a[3] + a[7];

@@ -27,11 +27,7 @@ namespace ref {
 NIBBLE_INLINE void quantize_q8_0(const float* x, BlockQ8_0* y, std::int64_t n) {
   detail::check_row("quantize_q8_0", n, 32);
   for (std::int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float a = std::fabs(x[j]);
-      amax = amax > a ? amax : a;
-    }
+    const float amax = detail::abs_max32(x);
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
@@ -47,11 +43,7 @@ NIBBLE_INLINE void quantize_q8_0(const float* x, BlockQ8_0* y, std::int64_t n) {
 NIBBLE_INLINE void quantize_q8_0_act(const float* x, BlockQ8_0* y, std::int64_t n) {
   detail::check_row("quantize_q8_0_act", n, 32);
   for (std::int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      const float a = std::fabs(x[j]);
-      amax = amax > a ? amax : a;  // finite inputs: same as the vector max tree
-    }
+    const float amax = detail::abs_max32(x);
     y[b].d = fp32_to_fp16(amax / 127.f);
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
     for (int j = 0; j < 32; ++j) {
