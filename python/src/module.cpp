@@ -59,11 +59,13 @@ std::optional<Isa> parse_isa(const std::optional<std::string>& name) {
   value_error("unknown isa '" + *name + "', expected scalar, avx2, avxvnni, avx512 or neon");
 }
 
-nibble::Context make_context(int threads, const std::optional<std::string>& isa) {
+nibble::Context make_context(int threads, const std::optional<std::string>& isa,
+                             bool exact_nf4 = false) {
   if (threads < 0) value_error("threads = " + std::to_string(threads) + " must be >= 0");
   nibble::Context ctx;
   ctx.threads = threads;
   ctx.isa = parse_isa(isa);
+  ctx.exact_nf4 = exact_nf4;
   return ctx;
 }
 
@@ -261,8 +263,7 @@ py::array gemv(const py::handle& w_obj, const std::string& format, const py::han
   const std::int64_t cols = x.shape(0);
   const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
-  nibble::Context ctx = make_context(threads, isa);
-  ctx.exact_nf4 = exact_nf4;
+  const nibble::Context ctx = make_context(threads, isa, exact_nf4);
   py::array_t<float> y(static_cast<py::ssize_t>(rows));
   const void* W = w.data;
   const float* xp = x.data();
@@ -288,8 +289,7 @@ py::array gemm(const py::handle& w_obj, const std::string& format, const py::han
   const std::int64_t n = X.shape(0), cols = X.shape(1);
   const Weights w = packed ? packed_weight_bytes(w_obj, f, cols) : weight_bytes(w_obj, f, cols);
   const std::int64_t rows = w.rows;
-  nibble::Context ctx = make_context(threads, isa);
-  ctx.exact_nf4 = exact_nf4;
+  const nibble::Context ctx = make_context(threads, isa, exact_nf4);
   py::array_t<float> Y({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
   const void* W = w.data;
   const float* xp = X.data();
