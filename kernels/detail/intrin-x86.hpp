@@ -577,18 +577,31 @@ struct ScaledDot2 {
   static VI32<Tag> acc(const VI32<Tag>& acc, const VU8<Tag>& ulo, const VI8<Tag>& slo,
                        const VU8<Tag>& uhi, const VI8<Tag>& shi, const VI8<Tag>& pat) {
     const VI32<Tag> z(0);
-    const VI32<Tag> dl = dot_u8s8<Tag>(z, ulo, slo), dh = dot_u8s8<Tag>(z, uhi, shi);
+    return acc_dots(acc, dot_u8s8<Tag>(z, ulo, slo), dot_u8s8<Tag>(z, uhi, shi), pat);
+  }
+  /// The two int32 dots dl, dh narrowed (signed saturation) to int16 and interleaved per 16-byte
+  /// lane: int16 0-3 of a lane from dl's 4 int32 lanes, 4-7 from dh's (vpackssdw).
+  static VI16<Tag> pack(const VI32<Tag>& dl, const VI32<Tag>& dh) {
     if constexpr (Tag::bytes == 64) {
-#if defined(__AVX512VNNI__)
-      return VI32<Tag>(_mm512_dpwssd_epi32(acc, _mm512_packs_epi32(dl, dh), pat));
+#if defined(__AVX512BW__)
+      return VI16<Tag>(_mm512_packs_epi32(dl, dh));
 #endif
     } else {
-#if defined(__AVXVNNI__)
-      return VI32<Tag>(_mm256_dpwssd_avx_epi32(acc, _mm256_packs_epi32(dl, dh), pat));
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      return VI32<Tag>(_mm256_dpwssd_epi32(acc, _mm256_packs_epi32(dl, dh), pat));
-#endif
+      return VI16<Tag>(_mm256_packs_epi32(dl, dh));
     }
+  }
+  /// As acc with the dots already made (|dl|, |dh| must fit int16).
+  static VI32<Tag> acc_dots(const VI32<Tag>& acc, const VI32<Tag>& dl, const VI32<Tag>& dh,
+                            const VI8<Tag>& pat) {
+    return dot_i16<Tag>(acc, pack(dl, dh), as<std::int16_t>(pat));
+  }
+  /// acc + pmaddwd(pk, pat) for an already packed pk (vpdpwssd).
+  static VI32<Tag> acc_packed(const VI32<Tag>& acc, const VI16<Tag>& pk, const VI8<Tag>& pat) {
+    return dot_i16<Tag>(acc, pk, as<std::int16_t>(pat));
+  }
+  /// As acc_dots onto a zero accumulator (pmaddwd: no register to clear).
+  static VI32<Tag> first_dots(const VI32<Tag>& dl, const VI32<Tag>& dh, const VI8<Tag>& pat) {
+    return madd_i16<Tag>(pack(dl, dh), as<std::int16_t>(pat));
   }
 };
 

@@ -11,10 +11,14 @@
 // values 128 h + 32 s + l (h, l: the byte's half and position in it), every 16-byte lane one
 // sub-block. The activations are re-laid out once per call into that order. Each int32 lane
 // belongs to one sub-block; its scale is applied per lane from a pattern looked up (lookup16) in
-// the block's scales (PairScaledDot / pmaddwd). Q2_K's mins use bsums (a pmaddwd of the 16 mins
-// with the 16 sums); Q3_K's -4 offset is the prepared starting value of each lane (-4 times the
+// the block's scales (PairScaledDot / pmaddwd; with VNNI the int32 dots of two shifts are
+// narrowed to int16 and share one vpdpwssd: ScaledDot2). Q2_K's GEMV extracts the levels of odd
+// shifts times 4 (q & 12: one operation less per shift pair) and scales the even shifts by 4 s
+// instead; its mins come from one register of the 16 scale bytes of Tag::bytes / 16 rows, as two
+// int8 dots with the activation sums split in int8 halves (bsum = 128 hi + lo), accumulated in
+// float per row lane. Q3_K's -4 offset is the prepared starting value of each lane (-4 times the
 // sum of its activations) and its -32 scale offset the sum of the offset-corrected products
-// times -32. Integer sums are exact; one or two float fma per block and row.
+// times -32. Integer sums are exact; float steps per block and row: one or two fma.
 #pragma once
 
 #include <cstddef>
@@ -122,6 +126,9 @@ struct Kq23Layout {
   template <bool kPairs>
   struct Patterns {
     alignas(64) std::uint8_t idx[kNV][4][kW];
+    /// ScaledDot2::kPacked: the pattern of shifts (p, p + 2) of register v packed to int16
+    /// (int16 0-3 of a lane: shift p, 4-7: shift p + 2), bytes (sub-block, 0x80) per int16.
+    alignas(64) std::uint8_t idx2[kNV][2][kW];
     Patterns() {
       for (int v = 0; v < kNV; ++v)
         for (int s = 0; s < 4; ++s)
@@ -129,6 +136,13 @@ struct Kq23Layout {
             const int e = b % 4;
             const bool take = e == 0 || (kPairs && e == 2);
             idx[v][s][b] = take ? static_cast<std::uint8_t>(value(v, s, b) / 16) : 0x80;
+          }
+      for (int v = 0; v < kNV; ++v)
+        for (int p = 0; p < 2; ++p)
+          for (int b = 0; b < kW; ++b) {
+            const int s = p + 2 * (b % 16 >= 8);
+            idx2[v][p][b] =
+                b % 2 == 0 ? static_cast<std::uint8_t>(value(v, s, b - b % 16) / 16) : 0x80;
           }
     }
   };
@@ -150,11 +164,12 @@ struct Q2Simd {
   static constexpr int kR = 4;         ///< rows per GEMV group
   static constexpr int kRowsMinN = 4;  ///< n from which RowsGemm runs (see kq_gemm)
 
-  /// Per activation block: the values in register order, the 16 sub-block sums (int16, zero
-  /// padded to 32), the scale.
+  /// Per activation block: the values in register order; the 16 sub-block sums bsum split as
+  /// 128 hi + lo (hi in [-16, 15], lo in [0, 127], both int8), repeated in every 16-byte lane of
+  /// a register; the scale.
   struct Prep {
     std::int8_t a[256];
-    std::int16_t bsp[32];
+    std::int8_t bsh[kW], bsl[kW];
     float d;
     float pad[15];
   };
@@ -166,7 +181,11 @@ struct Q2Simd {
     for (std::int64_t b = 0; b < cols / 256; ++b) {
       std::memset(&p[b], 0, sizeof(Prep));
       L::permute(in[b], p[b].a);
-      for (int j = 0; j < 16; ++j) p[b].bsp[j] = in[b].bsums[j];
+      for (int j = 0; j < kW; ++j) {
+        const int bs = in[b].bsums[j % 16];               // |bs| <= 16 * 128
+        p[b].bsh[j] = static_cast<std::int8_t>(bs >> 7);  // floor division
+        p[b].bsl[j] = static_cast<std::int8_t>(bs & 127);
+      }
       p[b].d = in[b].d;
     }
   }
@@ -176,54 +195,110 @@ struct Q2Simd {
     return p;
   }
 
+  /// GEMV of R rows. The 16 scale bytes of Tag::bytes / 16 rows come in one register (a row per
+  /// 16-byte lane): their low nibbles are the scales, their high nibbles the mins, whose products
+  /// with the activation sums (int8 halves, see Prep) two dots give for all those rows at once,
+  /// 4 partial sums per row, accumulated in float per lane (macc) and added at the end.
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
     constexpr int kPrefetch = 512;
+    constexpr int kH = kW / 16;             // rows per scale register
+    constexpr int kSR = (R + kH - 1) / kH;  // scale registers
     const auto& pt = patterns();
     const Prep* pa = Row::prep(A, cols);
-    const VU8<Tag> m3(static_cast<std::uint8_t>(3)), m4(static_cast<std::uint8_t>(0x0F));
-    VF<Tag> acc[R];
+    const VU8<Tag> m3(static_cast<std::uint8_t>(3)), m12(static_cast<std::uint8_t>(12)),
+        m4(static_cast<std::uint8_t>(0x0F));
+    VF<Tag> acc[R], macc[kSR];
     static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
+    for (int g = 0; g < kSR; ++g) macc[g] = VF<Tag>(0.0f);
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
+      const std::size_t off = static_cast<std::size_t>(b) * sizeof(BlockQ2_K);
+      VU8<Tag> sm[kSR], sm4[kSR];
+      float d[kSR * kH], dm[kSR * kH];
+      for (int g = 0; g < kSR; ++g) {
+        const void* lp[kH];
+        for (int l = 0; l < kH; ++l) {
+          const int r = g * kH + l;
+          lp[l] = W + (r < R ? r : R - 1) * wrb + off;
+          if (r < R) {
+            h2f_pair<Tag>(W + r * wrb + off + 80, &d[r], &dm[r]);
+            d[r] *= a.d;
+            dm[r] *= -a.d;
+            d[r] *= 0.25f;  // isum is 4 times the sum (exact: a power of two)
+          } else {
+            dm[r] = 0.0f;
+          }
+        }
+        sm[g] = load_lanes<Tag>(lp);
+        // sum_sb m[sb] bsum[sb] = 128 (m . hi) + m . lo, 4 partial sums per row
+        const VU8<Tag> mn = as<std::uint8_t>(as<std::uint16_t>(sm[g]) >> 4) & m4;
+        VI32<Tag> t = dot_u8s8<Tag>(VI32<Tag>(0), mn, loadu<std::int8_t, Tag>(a.bsh));
+        t = dot_u8s8<Tag>(t << 7, mn, loadu<std::int8_t, Tag>(a.bsl));
+        macc[g] = fmadd<Tag>(xsimd::to_float(t), spread_lanes<Tag>(dm + g * kH), macc[g]);
+        sm[g] = sm[g] & m4;
+        sm4[g] = as<std::uint8_t>(as<std::uint16_t>(sm[g]) << 2);
+      }
       static_for<R>([&](auto rc) {
         constexpr int r = decltype(rc)::value;
-        const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ2_K);
+        const std::uint8_t* x = W + r * wrb + off;
         prefetch_l1(x + kPrefetch);
         prefetch_l1(x + kPrefetch + 64);
         if (far) {
           prefetch_l2(x + far);
           prefetch_l2(x + far + 64);
         }
-        const VI8<Tag> sc =
-            table16<Tag>(reinterpret_cast<const std::int8_t*>(x)) & as<std::int8_t>(m4);
-        VI32<Tag> isum(0), msum(0);
+        // scales of the even shifts times 4 (see level)
+        const VI8<Tag> sc_odd = as<std::int8_t>(bcast_lane<Tag>(sm[r / kH], r % kH));
+        const VI8<Tag> sc_even = as<std::int8_t>(bcast_lane<Tag>(sm4[r / kH], r % kH));
+        VI32<Tag> isum(0);
         static_for<kNV>([&](auto vc) {
           constexpr int v = decltype(vc)::value;
           const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 16 + v * kW);
-          static_for<4>([&](auto sc_) {
+          const VU8<Tag> q4 = as<std::uint8_t>(as<std::uint16_t>(q) >> 4);
+          // The levels of shift s, times 4 for odd s (q & 12 needs no shift): 5 operations for
+          // 4 shifts; the even shifts' scales are times 4 instead, so isum is 4 times the sum.
+          auto level = [&](auto sc_) {
             constexpr int s = decltype(sc_)::value;
-            const VU8<Tag> u =
-                s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
-            const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.idx[v][s]));
-            isum = SD::acc(isum, u, loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW), pat);
-          });
+            return (s < 2 ? q : q4) & (s % 2 ? m12 : m3);
+          };
+          auto act = [&](int s) { return loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW); };
+          auto scales = [&](int s) { return s % 2 ? sc_odd : sc_even; };
+          if constexpr (ScaledDot2<Tag>::kPacked) {
+            // shifts (p, p + 2) per scale step, |dot of 4| <= 4 * 12 * 128 fits int16
+            static_for<2>([&](auto pc) {
+              constexpr int p = decltype(pc)::value;
+              using S2 = ScaledDot2<Tag>;
+              const VI8<Tag> pat =
+                  lookup16<Tag>(scales(p), loadu<std::uint8_t, Tag>(pt.idx2[v][p]));
+              const VI32<Tag> z(0);
+              const VI32<Tag> dl =
+                  dot_u8s8<Tag>(z, level(std::integral_constant<int, p>{}), act(p));
+              const VI32<Tag> dh =
+                  dot_u8s8<Tag>(z, level(std::integral_constant<int, p + 2>{}), act(p + 2));
+              isum =
+                  v == 0 && p == 0 ? S2::first_dots(dl, dh, pat) : S2::acc_dots(isum, dl, dh, pat);
+            });
+          } else {
+            static_for<4>([&](auto sc_) {
+              constexpr int s = decltype(sc_)::value;
+              const VI8<Tag> pat = lookup16<Tag>(scales(s), loadu<std::uint8_t, Tag>(pt.idx[v][s]));
+              isum = SD::acc(isum, level(sc_), act(s), pat);
+            });
+          }
         });
-        for (int o = 0; o < 16; o += kW / 2) {
-          const VI16<Tag> m = as<std::int16_t>(as<std::uint16_t>(widen_u8_i16<Tag>(x + o)) >> 4);
-          msum = msum + madd_i16<Tag>(m, loadu<std::int16_t, Tag>(a.bsp + o));
-        }
-        float d, dmin;
-        h2f_pair<Tag>(x + 80, &d, &dmin);
-        acc[r] = fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(d * a.d), acc[r]);
-        acc[r] = fmadd<Tag>(xsimd::to_float(msum), VF<Tag>(-(dmin * a.d)), acc[r]);
+        acc[r] = fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(d[r]), acc[r]);
       });
     }
+    constexpr int kF = kW / 4;  // float lanes; row r's min sums are lanes [4 (r % kH), +4)
     static_for<R>([&](auto rc) {
       constexpr int r = decltype(rc)::value;
-      Y[r] = xsimd::hadd(acc[r]);
+      alignas(64) float m[kF];
+      macc[r / kH].store_aligned(m);
+      const float* mr = m + 4 * (r % kH);
+      Y[r] = xsimd::hadd(acc[r]) + ((mr[0] + mr[1]) + (mr[2] + mr[3]));
     });
   }
 };
@@ -430,28 +505,56 @@ struct Q3Simd {
           constexpr int v = decltype(vc)::value;
           const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 32 + v * kW);
           const VU8<Tag> hm = hmask(x, v);
-          static_for<4>([&](auto sc_) {
+          auto level = [&](auto sc_) {
             constexpr int s = decltype(sc_)::value;
             const VU8<Tag> q2 =
                 s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
-            const VU8<Tag> u = q2 | high_bit<v, s>(hm);
-            const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
-            const VI8<Tag> av = loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW);
-            const std::int8_t* ip = a.init + (4 * v + s) * kW;
-            if constexpr (kDot4) {
-              // int32 lanes: sum of 4 (u - 4) a, |.| <= 2048 (an int16 for the scale's pmaddwd)
-              const VI32<Tag> t = dot_u8s8<Tag>(loadu<std::int32_t, Tag>(ip), u, av);
-              isum = madd_acc_i16<Tag>(isum, as<std::int16_t>(t), as<std::int16_t>(pat));
-              usum = usum + t;
-            } else {
-              const VI16<Tag> t = madd_u8s8<Tag>(u, av) + loadu<std::int16_t, Tag>(ip);
-              isum = madd_acc_i16<Tag>(isum, t, as<std::int16_t>(pat));
-              usum16 = usum16 + t;  // |.| <= 16 registers * 2 * 4 * 128
-            }
-          });
+            return q2 | high_bit<v, s>(hm);
+          };
+          auto act = [&](int s) { return loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW); };
+          auto init = [&](int s) { return loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW); };
+          if constexpr (ScaledDot2<Tag>::kPacked) {
+            // shifts (p, p + 2) per scale step: int32 lanes of sum (u - 4) a, |.| <= 2048,
+            // narrowed to int16; their sum for the -32 offset in int16 (|.| <= 2 kNV 2048)
+            static_for<2>([&](auto pc) {
+              constexpr int p = decltype(pc)::value;
+              using S2 = ScaledDot2<Tag>;
+              const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx2[v][p]));
+              const VI32<Tag> dl =
+                  dot_u8s8<Tag>(init(p), level(std::integral_constant<int, p>{}), act(p));
+              const VI32<Tag> dh = dot_u8s8<Tag>(
+                  init(p + 2), level(std::integral_constant<int, p + 2>{}), act(p + 2));
+              const VI16<Tag> pk = S2::pack(dl, dh);
+              if constexpr (v == 0 && p == 0) {
+                isum = madd_i16<Tag>(pk, as<std::int16_t>(pat));
+                usum16 = pk;
+              } else {
+                isum = S2::acc_packed(isum, pk, pat);
+                usum16 = usum16 + pk;
+              }
+            });
+          } else {
+            static_for<4>([&](auto sc_) {
+              constexpr int s = decltype(sc_)::value;
+              const VU8<Tag> u = level(sc_);
+              const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
+              const VI8<Tag> av = act(s);
+              const std::int8_t* ip = a.init + (4 * v + s) * kW;
+              if constexpr (kDot4) {
+                // int32 lanes: sum of 4 (u - 4) a, |.| <= 2048 (an int16 for the scale's pmaddwd)
+                const VI32<Tag> t = dot_u8s8<Tag>(loadu<std::int32_t, Tag>(ip), u, av);
+                isum = madd_acc_i16<Tag>(isum, as<std::int16_t>(t), as<std::int16_t>(pat));
+                usum = usum + t;
+              } else {
+                const VI16<Tag> t = madd_u8s8<Tag>(u, av) + loadu<std::int16_t, Tag>(ip);
+                isum = madd_acc_i16<Tag>(isum, t, as<std::int16_t>(pat));
+                usum16 = usum16 + t;  // |.| <= 16 registers * 2 * 4 * 128
+              }
+            });
+          }
         });
         // sum_sb (s - 32) X_sb = sum_sb s X_sb - 32 sum X
-        if constexpr (kDot4) {
+        if constexpr (kDot4 && !ScaledDot2<Tag>::kPacked) {
           isum = isum - (usum << 5);
         } else {
           isum = madd_acc_i16<Tag>(isum, usum16, VI16<Tag>(static_cast<std::int16_t>(-32)));
