@@ -155,9 +155,11 @@ struct Nf4FloatGemv {
       const std::uint8_t* blk[kP * kRB];
       for (int r = 0; r < kP * kRB; ++r) {
         blk[r] = W + (r < R ? r : R - 1) * wrb + static_cast<std::size_t>(b) * kNf4Bytes;
-        if (r < R && (b & 1) == 0) {
-          prefetch_l1(blk[r] + kPrefetch);
-          if (far) prefetch_l2(blk[r] + far);
+        if (r < R && (b & 1) == 0) {  // the two blocks' 72 bytes: every line of them
+          for (int o = 0; o < static_cast<int>(2 * kNf4Bytes); o += 64) {
+            prefetch_l1(blk[r] + kPrefetch + o);
+            if (far) prefetch_l2(blk[r] + far + o);
+          }
         }
       }
       VF<Tag> s[kP][kS];  // kS independent sums per register row (fma latency)
