@@ -55,18 +55,29 @@ inline void w8a8_gemm_scalar(const std::int8_t* W, const float* w_scale, std::in
 
 /// Register tile R weight rows x C activation rows over the whole row length, on the vector
 /// operations `Ops` (below). `corr` (C entries or null): subtracted from each sum (the VNNI
-/// offset). Writes Y[c * ldy + r] for r < R, c < C.
+/// offset). Writes Y[c * ldy + r] for r < R, c < C. GEMV (C == 1) prefetches each row a little
+/// ahead into L1 and, when `far` is non-zero, the same bytes `far` further on (the next row group,
+/// see gemv_groups) into L2: once per 64 bytes of a row, so that every line gets a prefetch.
 template <class Ops>
 struct W8A8Tile {
   template <int R, int C>
   static void run(const std::int8_t* W, const std::int8_t* A, std::int64_t cols,
                   const std::int32_t* corr, const float* ws, const float* as, float* Y,
-                  std::int64_t ldy) {
+                  std::int64_t ldy, std::size_t far) {
+    constexpr std::int64_t kPrefetch = 512;
     typename Ops::Acc acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = Ops::zero();
     std::int64_t k = 0;
     for (; k + Ops::kStep <= cols; k += Ops::kStep) {
+      if constexpr (C == 1) {
+        if (k % 64 == 0) {
+          for (int r = 0; r < R; ++r) {
+            prefetch_l1(W + r * cols + k + kPrefetch);
+            if (far) prefetch_l2(W + r * cols + k + far);
+          }
+        }
+      }
       typename Ops::WV w[R];
       for (int r = 0; r < R; ++r) w[r] = Ops::load_w(W + r * cols + k);
       for (int c = 0; c < C; ++c) {
@@ -283,10 +294,14 @@ void w8a8_gemm_simd(const std::int8_t* W, const float* w_scale, std::int64_t r0,
       const std::int32_t* co = cp != nullptr ? cp + c : nullptr;
       float* y = Y + (cb + c) * ldy + r;
       if (nb == 1) {
-        tile_dispatch<K, T::R1, 1>(rr, cc, wr, ac, cols, co, w_scale + r, a_scale + cb + c, y, ldy);
+        // The next group's rows (R1 further on) into L2 while this one computes; 0 for the last.
+        const std::size_t far =
+            r + 2 * T::R1 <= r1 ? static_cast<std::size_t>(T::R1 * cols) : std::size_t{0};
+        tile_dispatch<K, T::R1, 1>(rr, cc, wr, ac, cols, co, w_scale + r, a_scale + cb + c, y, ldy,
+                                   far);
       } else {
         tile_dispatch<K, T::R, T::C>(rr, cc, wr, ac, cols, co, w_scale + r, a_scale + cb + c, y,
-                                     ldy);
+                                     ldy, std::size_t{0});
       }
     });
   }
