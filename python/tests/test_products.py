@@ -102,8 +102,16 @@ def test_golden_dot(case, fmt, pair):
 
 def test_gil_released():
     # While a long quantize runs, another Python thread must keep running.
+    # One call must run long enough (> 50 ms) for the other thread to be scheduled inside it; the
+    # matrix grows until it does on this machine (a fast core quantizes 2048 x 4096 in ~35 ms).
     rng = np.random.default_rng(13)
     w = rng.standard_normal((2048, 4096)).astype(np.float32)
+    while True:
+        t0 = time.perf_counter()
+        nibble.quantize(w, "q4_K", threads=1)
+        if time.perf_counter() - t0 > 0.08 or w.shape[0] >= 32768:
+            break
+        w = np.concatenate([w, w])
     counter = [0]
     stop = threading.Event()
 
