@@ -50,9 +50,8 @@ void register_f16(KernelTable& t) {
   } else {
     k.dequant = &f16_dequant_simd<Tag>;
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-    k.gemm =
-        &FloatGemv<Tag,
-                   true>::template gemm<&float_gemm<Tag, F16Src<typename FloatVec<Tag>::type>>>;
+    k.gemm = &FloatGemv<Tag, FloatElem::f16>::template gemm<
+        &float_gemm<Tag, F16Src<typename FloatVec<Tag>::type>>>;
 #endif
   }
 }

@@ -147,27 +147,36 @@ inline void f32_dequant(const void* src, std::int64_t n, float* dst) {
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// GEMV body of the float formats (f32, f16 weights; fp32 activations), written once over the
-/// ISA tag: the rows of a group (1 or 2) share each activation load, kU independent accumulators
-/// per row hide the fma latency, the rows of the next group are prefetched into L2
-/// (gemv_groups). f16 weights are converted exactly (load_f16). The tail of a row (cols not a
-/// multiple of the step) is summed in scalar code. A row's operations do not depend on the group
-/// size, so neither do the results.
+/// Weight element type of FloatGemv.
+enum class FloatElem { f32, f16, bf16 };
+
+/// GEMV body of the float formats (f32, f16, bf16 weights; fp32 activations), written once over
+/// the ISA tag: the rows of a group (1 or 2) share each activation load, kU independent
+/// accumulators per row hide the fma latency, the rows of the next group are prefetched into L2
+/// (gemv_groups). f16 and bf16 weights are converted exactly (load_f16, load_bf16). The tail of
+/// a row (cols not a multiple of the step) is summed in scalar code. A row's operations do not
+/// depend on the group size, so neither do the results.
 ///
 /// Group size: one row (a single sequential weight stream) while the activation row fits in
 /// kOneRowX bytes, so that it stays in L1 next to the stream; two rows above that, which halves
 /// the activation reads. Measured on a Zen 5 core (cold, 1 thread, alternated runs, GB/s of f16
 /// weights on AVX2 / AVX-512): 4096 x 4096: 4 rows 29.6 / 27.5, 2 rows 31.3 / 28.9, 1 row
 /// 34.5 / 31.2; 4096 x 11008: 4 rows 30.0 / 28.3, 2 rows 36.0 / 27.7, 1 row 23.4 / 22.5.
-template <class Tag, bool Half>
+template <class Tag, FloatElem E>
 struct FloatGemv {
-  static constexpr int kL = Tag::bytes / 4;  ///< floats per register
-  static constexpr int kU = 4;               ///< registers per row and step
-  static constexpr int kE = Half ? 2 : 4;    ///< bytes per weight
+  static constexpr int kL = Tag::bytes / 4;               ///< floats per register
+  static constexpr int kU = 4;                            ///< registers per row and step
+  static constexpr int kE = E == FloatElem::f32 ? 4 : 2;  ///< bytes per weight
   static constexpr std::int64_t kOneRowX = 16384;
 
   static float value(const std::uint8_t* row, std::int64_t k) {
-    if constexpr (Half) return half_to_float(ld_u16(row + 2 * k));
+    if constexpr (E == FloatElem::f16) return half_to_float(ld_u16(row + 2 * k));
+    if constexpr (E == FloatElem::bf16) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(ld_u16(row + 2 * k)) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
     return ld_f32(row + 4 * k);
   }
 
@@ -209,8 +218,10 @@ struct FloatGemv {
         for (int r = 0; r < R; ++r) {
           const std::uint8_t* p = W + r * wrb + off + static_cast<std::size_t>(u * kL * kE);
           VF<Tag> w;
-          if constexpr (Half) {
+          if constexpr (E == FloatElem::f16) {
             w = load_f16<Tag>(p);
+          } else if constexpr (E == FloatElem::bf16) {
+            w = load_bf16<Tag>(p);
           } else {
             w = VF<Tag>::load_unaligned(reinterpret_cast<const float*>(p));
           }
@@ -238,9 +249,8 @@ void register_f32(KernelTable& t) {
     k.gemm = &float_gemm_scalar<F32Value>;
   } else {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-    k.gemm =
-        &FloatGemv<Tag,
-                   false>::template gemm<&float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>>;
+    k.gemm = &FloatGemv<Tag, FloatElem::f32>::template gemm<
+        &float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>>;
 #endif
   }
 }
