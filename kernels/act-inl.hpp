@@ -99,107 +99,75 @@ inline void act_q8_K_scalar(const float* x, std::int64_t n, void* dst) {
   }
 }
 
-// ---- x86 (AVX2 code, also used by the AVX-512 tables: a Q8_0 block is 8+8+8+8 floats) ----
-#if defined(NIBBLE_K_X86)
-inline __m256 abs256(__m256 v) {
-  return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
-}
+// ---- SIMD, written once over the ISA tag ----
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-inline float hmax256(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-// 32 floats times `scale`, rounded half-even, saturated to int8, stored in order at `q`.
-inline void round_pack32(const float* x, __m256 scale, std::uint8_t* q) {
-  __m256i i[4];
-  for (int k = 0; k < 4; ++k) {
-    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), scale),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    i[k] = _mm256_cvtps_epi32(r);
-  }
-  const __m256i p =
-      _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-  const __m256i o = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), o);
-}
-
-inline void act_q8_0_x86(const float* x, std::int64_t n, void* dst) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t b = 0; b < n / 32; ++b, x += 32, out += kQ8_0Bytes) {
-    const __m256 m01 = _mm256_max_ps(abs256(_mm256_loadu_ps(x)), abs256(_mm256_loadu_ps(x + 8)));
-    const __m256 m23 =
-        _mm256_max_ps(abs256(_mm256_loadu_ps(x + 16)), abs256(_mm256_loadu_ps(x + 24)));
-    const float amax = hmax256(_mm256_max_ps(m01, m23));
-    const std::uint16_t h = static_cast<std::uint16_t>(_cvtss_sh(amax / 127.f, 0));
-    std::memcpy(out, &h, 2);
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    round_pack32(x, _mm256_set1_ps(id), out + 2);
-  }
-}
-
-inline void act_q8_K_x86(const float* x, std::int64_t n, void* dst) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t b = 0; b < n / 256; ++b, x += 256, out += kQ8_KBytes) {
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 32; ++k) m = _mm256_max_ps(m, abs256(_mm256_loadu_ps(x + 8 * k)));
-    float mx;
-    if (q8_K_extreme(x, hmax256(m), &mx) == 0.0f) {
-      q8_K_zero(out);
-      continue;
-    }
-    const float iscale = -127.f / mx;
-    const __m256 s = _mm256_set1_ps(iscale);
-    for (int k = 0; k < 8; ++k) round_pack32(x + 32 * k, s, out + 4 + 32 * k);
-    q8_K_finish(out, 1 / iscale);
-  }
-}
+/// The tag the activation quantizers run on: the ISA's own, except 32-byte vectors on AVX-512
+/// (a 32-value block is then four registers, which one narrow_i32_i8 turns into its 32 bytes).
+template <class Tag, bool Wide = (Tag::bytes == 64)>
+struct ActTagOf {
+  using type = Tag;
+};
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+template <class Tag>
+struct ActTagOf<Tag, true> {
+  using type = Avx512YmmTag<Tag>;
+};
 #endif
 
-// ---- NEON ----
-#if defined(NIBBLE_K_NEON)
-// 16 floats times `scale`, rounded half-even, saturated to int8, stored at q.
-inline void round_pack16_neon(const float* x, float32x4_t scale, std::uint8_t* q) {
-  int32x4_t i[4];
-  for (int k = 0; k < 4; ++k) i[k] = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(x + 4 * k), scale));
-  const int16x8_t a = vcombine_s16(vqmovn_s32(i[0]), vqmovn_s32(i[1]));
-  const int16x8_t c = vcombine_s16(vqmovn_s32(i[2]), vqmovn_s32(i[3]));
-  vst1q_s8(reinterpret_cast<std::int8_t*>(q), vcombine_s8(vqmovn_s16(a), vqmovn_s16(c)));
-}
+template <class Tag>
+struct ActSimd {
+  using T = typename ActTagOf<Tag>::type;
+  using F = VF<T>;
+  static constexpr int kL = T::bytes / 4;  ///< floats per register
+  static constexpr int kN = 4 * kL;        ///< values per narrow_i32_i8 (x86 32, NEON 16)
 
-inline void act_q8_0_neon(const float* x, std::int64_t n, void* dst) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t b = 0; b < n / 32; ++b, x += 32, out += kQ8_0Bytes) {
-    float32x4_t m = vdupq_n_f32(0.0f);
-    for (int k = 0; k < 8; ++k) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + 4 * k)));
-    const float amax = vmaxvq_f32(m);
-    const std::uint16_t h = float_to_half(amax / 127.f);
-    std::memcpy(out, &h, 2);
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    const float32x4_t s = vdupq_n_f32(id);
-    round_pack16_neon(x, s, out + 2);
-    round_pack16_neon(x + 16, s, out + 18);
+  /// max |x[i]| over n values (n a multiple of kL).
+  static float amax(const float* x, int n) {
+    F m(0.0f);
+    for (int k = 0; k < n; k += kL) m = xsimd::max(m, xsimd::abs(F::load_unaligned(x + k)));
+    alignas(64) float l[kL];
+    m.store_aligned(l);
+    float r = l[0];
+    for (int i = 1; i < kL; ++i) r = r > l[i] ? r : l[i];
+    return r;
   }
-}
 
-inline void act_q8_K_neon(const float* x, std::int64_t n, void* dst) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t b = 0; b < n / 256; ++b, x += 256, out += kQ8_KBytes) {
-    float32x4_t m = vdupq_n_f32(0.0f);
-    for (int k = 0; k < 64; ++k) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + 4 * k)));
-    float mx;
-    if (q8_K_extreme(x, vmaxvq_f32(m), &mx) == 0.0f) {
-      q8_K_zero(out);
-      continue;
+  /// n values (a multiple of kN) times `scale`, rounded half-even, saturated to int8, stored in
+  /// order at q.
+  static void round_pack(const float* x, int n, float scale, std::uint8_t* q) {
+    const F s(scale);
+    for (int k = 0; k < n; k += kN) {
+      VI32<T> v[4];
+      for (int i = 0; i < 4; ++i) v[i] = round_i32<T>(F::load_unaligned(x + k + i * kL) * s);
+      narrow_i32_i8<T>(v).store_unaligned(reinterpret_cast<std::int8_t*>(q + k));
     }
-    const float iscale = -127.f / mx;
-    const float32x4_t s = vdupq_n_f32(iscale);
-    for (int k = 0; k < 16; ++k) round_pack16_neon(x + 16 * k, s, out + 4 + 16 * k);
-    q8_K_finish(out, 1 / iscale);
   }
-}
+
+  static void q8_0(const float* x, std::int64_t n, void* dst) {
+    auto* out = static_cast<std::uint8_t*>(dst);
+    for (std::int64_t b = 0; b < n / 32; ++b, x += 32, out += kQ8_0Bytes) {
+      const float am = amax(x, 32);
+      const std::uint16_t h = float_to_half(am / 127.f);
+      std::memcpy(out, &h, 2);
+      round_pack(x, 32, am != 0.0f ? 127.f / am : 0.0f, out + 2);
+    }
+  }
+
+  static void q8_K(const float* x, std::int64_t n, void* dst) {
+    auto* out = static_cast<std::uint8_t*>(dst);
+    for (std::int64_t b = 0; b < n / 256; ++b, x += 256, out += kQ8_KBytes) {
+      float mx;
+      if (q8_K_extreme(x, amax(x, 256), &mx) == 0.0f) {
+        q8_K_zero(out);
+        continue;
+      }
+      const float iscale = -127.f / mx;
+      round_pack(x, 256, iscale, out + 4);
+      q8_K_finish(out, 1 / iscale);
+    }
+  }
+};
 #endif
 
 template <class Tag>
@@ -209,16 +177,10 @@ void register_act(KernelTable& t) {
     t.quantize_act_q8_0 = &act_q8_0_scalar;
     t.quantize_act_q8_K = &act_q8_K_scalar;
   }
-#if defined(NIBBLE_K_X86)
-  if constexpr (fam == Family::x86) {
-    t.quantize_act_q8_0 = &act_q8_0_x86;
-    t.quantize_act_q8_K = &act_q8_K_x86;
-  }
-#endif
-#if defined(NIBBLE_K_NEON)
-  if constexpr (fam == Family::neon) {
-    t.quantize_act_q8_0 = &act_q8_0_neon;
-    t.quantize_act_q8_K = &act_q8_K_neon;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (fam != Family::scalar) {
+    t.quantize_act_q8_0 = &ActSimd<Tag>::q8_0;
+    t.quantize_act_q8_K = &ActSimd<Tag>::q8_K;
   }
 #endif
 }

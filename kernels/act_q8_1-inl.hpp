@@ -45,32 +45,15 @@ inline void act_q8_1_scalar(const float* x, std::int64_t n, void* dst) {
   }
 }
 
-#if defined(NIBBLE_K_X86)
-inline void act_q8_1_x86(const float* x, std::int64_t n, void* dst) {
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+/// The SIMD tags' Q8_1 quantizer: act-inl.hpp's ActSimd helpers, then the header.
+template <class Tag>
+void act_q8_1_simd(const float* x, std::int64_t n, void* dst) {
+  using S = ActSimd<Tag>;
   auto* out = static_cast<std::uint8_t*>(dst);
   for (std::int64_t b = 0; b < n / 32; ++b, x += 32, out += kQ8_1Bytes) {
-    const __m256 m01 = _mm256_max_ps(abs256(_mm256_loadu_ps(x)), abs256(_mm256_loadu_ps(x + 8)));
-    const __m256 m23 =
-        _mm256_max_ps(abs256(_mm256_loadu_ps(x + 16)), abs256(_mm256_loadu_ps(x + 24)));
-    const float amax = hmax256(_mm256_max_ps(m01, m23));
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    round_pack32(x, _mm256_set1_ps(id), out + 4);
-    q8_1_header(out, amax);
-  }
-}
-#endif
-
-#if defined(NIBBLE_K_NEON)
-inline void act_q8_1_neon(const float* x, std::int64_t n, void* dst) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t b = 0; b < n / 32; ++b, x += 32, out += kQ8_1Bytes) {
-    float32x4_t m = vdupq_n_f32(0.0f);
-    for (int k = 0; k < 8; ++k) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + 4 * k)));
-    const float amax = vmaxvq_f32(m);
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    const float32x4_t s = vdupq_n_f32(id);
-    round_pack16_neon(x, s, out + 4);
-    round_pack16_neon(x + 16, s, out + 20);
+    const float amax = S::amax(x, 32);
+    S::round_pack(x, 32, amax != 0.0f ? 127.f / amax : 0.0f, out + 4);
     q8_1_header(out, amax);
   }
 }
@@ -80,11 +63,8 @@ template <class Tag>
 void register_act_q8_1(KernelTable& t) {
   constexpr Family fam = TagInfo<Tag>::family;
   if constexpr (fam == Family::scalar) t.quantize_act_q8_1 = &act_q8_1_scalar;
-#if defined(NIBBLE_K_X86)
-  if constexpr (fam == Family::x86) t.quantize_act_q8_1 = &act_q8_1_x86;
-#endif
-#if defined(NIBBLE_K_NEON)
-  if constexpr (fam == Family::neon) t.quantize_act_q8_1 = &act_q8_1_neon;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+  if constexpr (fam != Family::scalar) t.quantize_act_q8_1 = &act_q8_1_simd<Tag>;
 #endif
 }
 
