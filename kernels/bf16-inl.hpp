@@ -12,14 +12,6 @@
 namespace nibble::kernels {
 namespace {
 
-/// One bf16 weight as float (a private copy of nibble::bf16_to_fp32 for kernel code).
-inline float bf16_value(const std::uint8_t* p) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(ld_u16(p)) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 struct Bf16Value {
   static float value(const std::uint8_t* row, std::int64_t k) { return bf16_value(row + 2 * k); }
 };

@@ -126,6 +126,15 @@ void float_gemm_scalar(const void* W, std::size_t wrb, std::int64_t r0, std::int
   }
 }
 
+/// One bf16 weight as float (a private copy of nibble::bf16_to_fp32 for kernel code; bf16-inl.hpp
+/// and FloatGemv's scalar tail).
+inline float bf16_value(const std::uint8_t* p) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(ld_u16(p)) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // ---- f32 ----
 struct F32Value {
   static float value(const std::uint8_t* row, std::int64_t k) { return ld_f32(row + 4 * k); }
@@ -171,12 +180,7 @@ struct FloatGemv {
 
   static float value(const std::uint8_t* row, std::int64_t k) {
     if constexpr (E == FloatElem::f16) return half_to_float(ld_u16(row + 2 * k));
-    if constexpr (E == FloatElem::bf16) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(ld_u16(row + 2 * k)) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
+    if constexpr (E == FloatElem::bf16) return bf16_value(row + 2 * k);
     return ld_f32(row + 4 * k);
   }
 
