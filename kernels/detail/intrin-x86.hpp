@@ -219,6 +219,19 @@ inline VI16<Tag> madd_u8s8(const VU8<Tag>& u, const VI8<Tag>& s) {
   }
 }
 
+/// The 16 signed scale bytes at p, 256-bit registers only: returned as int16 in order, and in
+/// t[2] as int16 pairs (s, s), one per dword, for pmaddwd patterns that permute_i32 picks per
+/// lane. t[0] holds scales 0-3 and 8-11, t[1] scales 4-7 and 12-15 (unpacklo / unpackhi work
+/// within 16-byte lanes).
+template <class Tag>
+inline VI16<Tag> scale_pairs16(const std::int8_t* p, VI32<Tag>* t) {
+  static_assert(Tag::bytes == 32, "256-bit registers");
+  const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  t[0] = VI32<Tag>(_mm256_unpacklo_epi16(s, s));
+  t[1] = VI32<Tag>(_mm256_unpackhi_epi16(s, s));
+  return VI16<Tag>(s);
+}
+
 /// int16 x int16 products summed in adjacent pairs to int32 (pmaddwd).
 template <class Tag>
 inline VI32<Tag> madd_i16(const VI16<Tag>& a, const VI16<Tag>& b) {
