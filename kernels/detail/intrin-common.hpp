@@ -125,17 +125,23 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
 }
 
 /// GEMV over rows [r0, r1) in groups of R adjacent rows: K::template run<R, 1>(rows, wrb, a, arb,
-/// args..., y + r, 1, far) where `far` is the byte distance to the next group (0 for the last one)
-/// so that the kernel can prefetch the next group's rows into L2 while it computes this one: the
-/// rows of a thread then form one continuous DRAM stream (measured: without it, cold GEMV reads
-/// at 0.8 of the bandwidth; with it, at the bandwidth). The last rows use smaller groups.
+/// args..., y + r, 1, far) where `far` is the byte distance to a group ahead (0 near the end) so
+/// that the kernel can prefetch that group's rows into L2 while it computes this one: the rows of
+/// a thread then form one continuous DRAM stream (measured: without it, cold GEMV reads at 0.8 of
+/// the bandwidth; with it, at the bandwidth). The group ahead is the next one, or the first at
+/// least kFarMin bytes away when groups are smaller (q2_K: 4 rows of 4096 columns are 5.25 KiB;
+/// Zen 5, AVX-512, 4096 x 4096, alternated runs: 1 thread 18-20 -> 30-33 GB/s, 2 threads
+/// 31-36 -> 39-49; 8 and 16 KiB measured alike). The last rows use smaller groups.
 template <class K, int R, class... Args>
 inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                         float* y, const std::uint8_t* a, std::size_t arb, Args... args) {
+  constexpr std::size_t kFarMin = 8192;
+  const std::size_t gb = R * wrb;
+  const std::int64_t ahead = gb >= kFarMin ? 1 : static_cast<std::int64_t>((kFarMin + gb - 1) / gb);
   std::int64_t r = r0;
   for (; r + R <= r1; r += R) {
     K::template run<R, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, args..., y + r, 1,
-                          r + 2 * R <= r1 ? R * wrb : 0);
+                          r + (ahead + 1) * R <= r1 ? ahead * gb : 0);
   }
   if (r < r1) {
     tile_dispatch<K, R, 1>(static_cast<int>(r1 - r), 1, w + static_cast<std::size_t>(r) * wrb, wrb,
