@@ -13,8 +13,8 @@
 // 16-byte lane of a register belongs to one 16-value sub-block. The -32 offset enters as the
 // starting value of each lane's sum (-32 times the sum of its activations, prepared once per
 // call), the signed sub-block scale as a pmaddwd / int32 multiplier pattern (ScaledDot); integer
-// sums are exact, one float fma per block and row. AVX2 differs in the scale patterns and the
-// offset (Q6Simd::kPerm).
+// sums are exact, one float fma per block and row. AVX2 and AVX-VNNI differ in the scale patterns
+// and the offset (Q6Simd::kPerm).
 #pragma once
 
 #include <cstddef>
@@ -38,20 +38,21 @@ template <class Tag>
 struct Q6Simd {
   static constexpr int kW = Tag::bytes;
   static constexpr int kNV = 64 / kW;  ///< registers per half and nibble
-  /// AVX2 (pmaddubsw, 256-bit) has its own GEMV body, run_perm: the scale patterns are dword
-  /// permutes of scale_pairs16's two tables, and the -32 offset is subtracted once per block as
-  /// 32 * the sum over the sub-blocks of scale * bsum (Q8_K's bsums), instead of per register:
-  /// 8 + 4 operations per block and row where the byte-lookup patterns and starting values take
-  /// 27 + 8. The integer sum of a block is the same; only its split over the int32 lanes
-  /// differs. One row per group (measured faster than two). Zen 5 core, 1 thread, GB/s
-  /// (alternated runs): warm (L2) 22.4 -> 29.9 with two rows -> 33.8 with one; cold 4096 x 4096
-  /// 22.6 -> 25-27.
-#if defined(NIBBLE_K_X86)
-  static constexpr bool kPerm = std::is_same_v<Tag, Avx2Tag>;
-#else
-  static constexpr bool kPerm = false;
-#endif
-  static constexpr int kGemvRows = kPerm ? 1 : 2;
+  /// The 256-bit x86 tags (AVX2, AVX-VNNI) have their own GEMV body, run_perm: pmaddubsw dots,
+  /// the scale patterns as dword permutes of scale_pairs16's two tables, and the -32 offset
+  /// subtracted once per block as 32 * the sum over the sub-blocks of scale * bsum (Q8_K's
+  /// bsums) instead of per register: 8 + 4 operations per block and row where the byte-lookup
+  /// patterns and starting values take 27 + 8. The integer sum of a block is the same; only its
+  /// split over the int32 lanes differs. Measured on a Zen 5 core, 1 thread, GB/s (alternated
+  /// runs): AVX2 warm (L2) 22.4 -> 29.9 with two rows per group -> 33.8 with one, cold
+  /// 4096 x 4096 22.6 -> 25-27; AVX-VNNI, whose vpdpbusd body it replaces, cold 23.3 -> 33.5,
+  /// warm (L3) 23.5 -> 38.
+  static constexpr bool kPerm =
+      TagInfo<Tag>::family == Family::x86 && Tag::bytes == 32 && !HasEvex<Tag>::value;
+  /// Rows per GEMV group: one (a single weight stream per thread) except on NEON. AVX-512, one
+  /// row against two: cold 4096 x 4096 29 -> 33.6 GB/s on 1 thread, 35 -> 39.4 on 2, warm (L3)
+  /// 46.8 -> 44.5.
+  static constexpr int kGemvRows = TagInfo<Tag>::family == Family::x86 ? 1 : 2;
   using SD = ScaledDot<Tag>;
   using Init = typename SD::Init;
 
@@ -64,9 +65,7 @@ struct Q6Simd {
   /// Relayout of one row: the plain Q8_K blocks (read by the GEMM engines), then the Prep blocks
   /// (read by the GEMV).
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
-  static std::size_t act_bytes(std::int64_t cols) {
-    return Row::act_bytes(cols);
-  }
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
     const std::int64_t nb = cols / 256;
