@@ -51,8 +51,14 @@ template <class Tag, bool HighBit>
 struct Q45Simd {
   using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int kW = Tag::bytes;
-  static constexpr int kNV = 128 / kW;       ///< qs registers per block
-  static constexpr int kGemvRows = kW / 16;  ///< rows per GEMV group (one header lane each)
+  static constexpr int kNV = 128 / kW;  ///< qs registers per block
+  /// Rows per GEMV group (one header lane each): AVX2 / AVX-VNNI 2; AVX-512 1, a single weight
+  /// stream per thread. Zen 5, AVX-512, cold, alternated runs, GB/s, 1 row against 4 (q4_K /
+  /// q5_K): 4096 x 4096 1 thread 34.7-35.8 / 34.7-35.9 against 29.3-31.6 / 35.2-35.9, 2 threads
+  /// 42-45 / 43-45.5 against 36.6-37.6 / 38.6-39.8; two rows were slower than either. The cost:
+  /// cache-resident (L3) rows run at 42 / 40.5 GB/s instead of 46 / 47 (the header lanes and
+  /// activation loads are no longer shared). q8_0 (35 against 50 warm) keeps its four rows.
+  static constexpr int kGemvRows = kW == 64 ? 1 : kW / 16;
 
   /// One activation block re-laid out for this width: a[2 * v * W ..] holds, for register v of
   /// the weights, the activations of its low nibbles (W bytes) then of its high nibbles; bsp
@@ -177,7 +183,7 @@ struct Q45Simd {
     return p;
   }
 
-  /// R weight rows (R = rows per header register: AVX-512 4, AVX2 2, NEON 1) against one
+  /// R weight rows (at most the rows per header register: AVX-512 4, AVX2 2, NEON 1) against one
   /// prepared activation row; `far`: see gemv_groups. Row r's block header is decoded in 16-byte
   /// lane r of one register, together with the other rows'.
   template <int R, int C>
