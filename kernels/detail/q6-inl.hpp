@@ -41,7 +41,7 @@ struct Q6Simd {
   /// The 256-bit x86 tags (AVX2, AVX-VNNI) have their own GEMV body, run_perm: pmaddubsw dots,
   /// the scale patterns as dword permutes of scale_pairs16's two tables, and the -32 offset
   /// subtracted once per block as 32 * the sum over the sub-blocks of scale * bsum (Q8_K's
-  /// bsums) instead of per register: 8 + 4 operations per block and row where the byte-lookup
+  /// bsums) instead of per register: 8 + 6 operations per block and row where the byte-lookup
   /// patterns and starting values take 27 + 8. The integer sum of a block is the same; only its
   /// split over the int32 lanes differs. Measured on a Zen 5 core, 1 thread, GB/s (alternated
   /// runs): AVX2 warm (L2) 22.4 -> 29.9 with two rows per group -> 33.8 with one, cold
