@@ -38,7 +38,7 @@ template <class Tag>
 struct Q6Simd {
   static constexpr int kW = Tag::bytes;
   static constexpr int kNV = 64 / kW;  ///< registers per half and nibble
-  /// The 256-bit x86 tags (AVX2, AVX-VNNI) have their own GEMV body, run_perm: pmaddubsw dots,
+  /// The 256-bit x86 tags (AVX2, AVX-VNNI) take another GEMV scheme in run: pmaddubsw dots,
   /// the scale patterns as dword permutes of scale_pairs16's two tables, and the -32 offset
   /// subtracted once per block as 32 * the sum over the sub-blocks of scale * bsum (Q8_K's
   /// bsums) instead of per register: 8 + 6 operations per block and row where the byte-lookup
@@ -143,74 +143,30 @@ struct Q6Simd {
     return p;
   }
 
+  /// Per row and block: the scale tables of one GEMV block (kPerm: scale_pairs16's pair tables;
+  /// otherwise the scale bytes and their sign bytes for lookup16).
+  struct ScalesPerm {
+    VI32<Tag> t[2];
+  };
+  struct ScalesLookup {
+    VI8<Tag> sc, sg;
+  };
+  using RowScales = std::conditional_t<kPerm, ScalesPerm, ScalesLookup>;
+
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    if constexpr (kPerm) return run_perm<R>(W, wrb, A, nb, Y, far);
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
     const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
-    const Prep* p = Row::prep(A, cols);
+    [[maybe_unused]] const Prep* p = Row::prep(A, cols);
     VF<Tag> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
     for (std::int64_t b = 0; b < nb; ++b) {
       const BlockQ6_K* x[R];
-      VI8<Tag> tsc[R], tsg[R];
-      for (int r = 0; r < R; ++r) {
-        x[r] = reinterpret_cast<const BlockQ6_K*>(W + r * wrb) + b;
-        const char* c = reinterpret_cast<const char*>(x[r]);
-        for (int o = 0; o < 256; o += 64) {
-          prefetch_l1(c + kPrefetch + o);
-          if (far) prefetch_l2(c + far + o);
-        }
-        tsc[r] = table16<Tag>(x[r]->scales);
-        tsg[r] = xsimd::select(tsc[r] < VI8<Tag>(0), VI8<Tag>(-1), VI8<Tag>(0));
-      }
+      RowScales rs[R];
       VI32<Tag> isum[R];
-      for (int r = 0; r < R; ++r) isum[r] = VI32<Tag>(0);
-      static_for<2>([&](auto hc) {
-        constexpr int h = decltype(hc)::value;
-        static_for<kNV>([&](auto vc) {
-          constexpr int v = decltype(vc)::value;
-          constexpr int o0 = 128 * h + v * kW, o1 = o0 + 64;
-          const VI8<Tag> a0 = loadu<std::int8_t, Tag>(a[b].qs + o0);
-          const VI8<Tag> a1 = loadu<std::int8_t, Tag>(a[b].qs + o1);
-          const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
-          const Init i1 = loadu<typename Init::value_type, Tag>(p[b].init + o1);
-          const VU8<Tag> sc0 = loadu<std::uint8_t, Tag>(pt.sc[h][v][0]);
-          const VU8<Tag> sg0 = loadu<std::uint8_t, Tag>(pt.sg[h][v][0]);
-          const VU8<Tag> sc1 = loadu<std::uint8_t, Tag>(pt.sc[h][v][1]);
-          const VU8<Tag> sg1 = loadu<std::uint8_t, Tag>(pt.sg[h][v][1]);
-          for (int r = 0; r < R; ++r) {
-            VU8<Tag> lo, hi;
-            levels<h, v>(x[r], lo, hi);
-            const VI8<Tag> p0 = lookup16<Tag>(tsc[r], sc0) | lookup16<Tag>(tsg[r], sg0);
-            const VI8<Tag> p1 = lookup16<Tag>(tsc[r], sc1) | lookup16<Tag>(tsg[r], sg1);
-            isum[r] = SD::acc_init(isum[r], lo, a0, i0, p0);
-            isum[r] = SD::acc_init(isum[r], hi, a1, i1, p1);
-          }
-        });
-      });
-      for (int r = 0; r < R; ++r)
-        acc[r] = fmadd<Tag>(xsimd::to_float(isum[r]), VF<Tag>(h2f<Tag>(x[r]->d) * a[b].d), acc[r]);
-    }
-    for (int r = 0; r < R; ++r) Y[r] = xsimd::hadd(acc[r]);
-  }
-
-  /// The GEMV body of kPerm (see there).
-  template <int R>
-  static void run_perm(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A,
-                       std::int64_t nb, float* Y, std::size_t far) {
-#if defined(NIBBLE_K_X86)
-    constexpr int kPrefetch = 640;
-    const Patterns& pt = patterns();
-    const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
-    VF<Tag> acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const BlockQ6_K* x[R];
-      VI32<Tag> tab[R][2], isum[R];
       for (int r = 0; r < R; ++r) {
         x[r] = reinterpret_cast<const BlockQ6_K*>(W + r * wrb) + b;
         const char* c = reinterpret_cast<const char*>(x[r]);
@@ -218,8 +174,16 @@ struct Q6Simd {
           prefetch_l1(c + kPrefetch + o);
           if (far) prefetch_l2(c + far + o);
         }
-        const VI16<Tag> s16 = scale_pairs16<Tag>(x[r]->scales, tab[r]);
-        isum[r] = VI32<Tag>(0) - (madd_i16<Tag>(loadu<std::int16_t, Tag>(a[b].bsums), s16) << 5);
+        if constexpr (kPerm) {
+#if defined(NIBBLE_K_X86)
+          const VI16<Tag> s16 = scale_pairs16<Tag>(x[r]->scales, rs[r].t);
+          isum[r] = VI32<Tag>(0) - (madd_i16<Tag>(loadu<std::int16_t, Tag>(a[b].bsums), s16) << 5);
+#endif
+        } else {
+          rs[r].sc = table16<Tag>(x[r]->scales);
+          rs[r].sg = xsimd::select(rs[r].sc < VI8<Tag>(0), VI8<Tag>(-1), VI8<Tag>(0));
+          isum[r] = VI32<Tag>(0);
+        }
       }
       static_for<2>([&](auto hc) {
         constexpr int h = decltype(hc)::value;
@@ -228,15 +192,32 @@ struct Q6Simd {
           constexpr int o0 = 128 * h + v * kW, o1 = o0 + 64;
           const VI8<Tag> a0 = loadu<std::int8_t, Tag>(a[b].qs + o0);
           const VI8<Tag> a1 = loadu<std::int8_t, Tag>(a[b].qs + o1);
-          const VI32<Tag> i0 = loadu<std::int32_t, Tag>(pt.perm[h][v][0]);
-          const VI32<Tag> i1 = loadu<std::int32_t, Tag>(pt.perm[h][v][1]);
-          for (int r = 0; r < R; ++r) {
-            VU8<Tag> lo, hi;
-            levels<h, v>(x[r], lo, hi);
-            isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(lo, a0),
-                                              as<std::int16_t>(permute_i32<Tag>(tab[r][0], i0)));
-            isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(hi, a1),
-                                              as<std::int16_t>(permute_i32<Tag>(tab[r][1], i1)));
+          if constexpr (kPerm) {
+            const VI32<Tag> i0 = loadu<std::int32_t, Tag>(pt.perm[h][v][0]);
+            const VI32<Tag> i1 = loadu<std::int32_t, Tag>(pt.perm[h][v][1]);
+            for (int r = 0; r < R; ++r) {
+              VU8<Tag> lo, hi;
+              levels<h, v>(x[r], lo, hi);
+              isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(lo, a0),
+                                                as<std::int16_t>(permute_i32<Tag>(rs[r].t[0], i0)));
+              isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(hi, a1),
+                                                as<std::int16_t>(permute_i32<Tag>(rs[r].t[1], i1)));
+            }
+          } else {
+            const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
+            const Init i1 = loadu<typename Init::value_type, Tag>(p[b].init + o1);
+            const VU8<Tag> sc0 = loadu<std::uint8_t, Tag>(pt.sc[h][v][0]);
+            const VU8<Tag> sg0 = loadu<std::uint8_t, Tag>(pt.sg[h][v][0]);
+            const VU8<Tag> sc1 = loadu<std::uint8_t, Tag>(pt.sc[h][v][1]);
+            const VU8<Tag> sg1 = loadu<std::uint8_t, Tag>(pt.sg[h][v][1]);
+            for (int r = 0; r < R; ++r) {
+              VU8<Tag> lo, hi;
+              levels<h, v>(x[r], lo, hi);
+              const VI8<Tag> p0 = lookup16<Tag>(rs[r].sc, sc0) | lookup16<Tag>(rs[r].sg, sg0);
+              const VI8<Tag> p1 = lookup16<Tag>(rs[r].sc, sc1) | lookup16<Tag>(rs[r].sg, sg1);
+              isum[r] = SD::acc_init(isum[r], lo, a0, i0, p0);
+              isum[r] = SD::acc_init(isum[r], hi, a1, i1, p1);
+            }
           }
         });
       });
@@ -244,9 +225,6 @@ struct Q6Simd {
         acc[r] = fmadd<Tag>(xsimd::to_float(isum[r]), VF<Tag>(h2f<Tag>(x[r]->d) * a[b].d), acc[r]);
     }
     for (int r = 0; r < R; ++r) Y[r] = xsimd::hadd(acc[r]);
-#else
-    (void)W, (void)wrb, (void)A, (void)nb, (void)Y, (void)far;
-#endif
   }
 
   /// Dequantize n values (bit-identical to the reference: (d * scale) * (q - 32) in fp32).
