@@ -24,12 +24,12 @@ inline void bf16_dequant_scalar(const void* src, std::int64_t n, float* dst) {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
 /// FloatTile source (GEMM, n > 1): one register of weights per step.
-template <class Tag, class FV>
+template <class Tag>
 struct Bf16Src : Bf16Value {
-  static constexpr int kStep = FV::L;
+  static constexpr int kStep = Tag::bytes / 4;
   static constexpr int kVec = 1;
   static std::size_t bytes(std::int64_t k) { return static_cast<std::size_t>(k) * 2; }
-  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[1]) {
+  static void decode(const std::uint8_t* row, std::int64_t k, VF<Tag> out[1]) {
     out[0] = load_bf16<Tag>(row + 2 * k);
   }
 };
@@ -47,8 +47,7 @@ void bf16_dequant_simd(const void* src, std::int64_t n, float* dst) {
 template <class Tag>
 void bf16_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
                const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-  using FV = typename FloatVec<Tag>::type;
-  FloatGemv<Tag, FloatElem::bf16>::template gemm<&float_gemm<Tag, Bf16Src<Tag, FV>>>(
+  FloatGemv<Tag, FloatElem::bf16>::template gemm<&float_gemm<Tag, Bf16Src<Tag>>>(
       W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
 }
 

@@ -14,32 +14,33 @@ struct F16Value {
   }
 };
 
-template <class FV>
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+template <class Tag>
 struct F16Src : F16Value {
-  static constexpr int kStep = FV::L;
+  static constexpr int kStep = Tag::bytes / 4;
   static constexpr int kVec = 1;
   static std::size_t bytes(std::int64_t k) { return static_cast<std::size_t>(k) * 2; }
-  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[1]) {
-    out[0] = FV::load_half(row + 2 * k);
+  static void decode(const std::uint8_t* row, std::int64_t k, VF<Tag> out[1]) {
+    out[0] = load_f16<Tag>(row + 2 * k);
   }
 };
+#endif
 
 inline void f16_dequant_scalar(const void* src, std::int64_t n, float* dst) {
   const auto* p = static_cast<const std::uint8_t*>(src);
   for (std::int64_t i = 0; i < n; ++i) dst[i] = half_to_float(ld_u16(p + 2 * i));
 }
 
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 template <class Tag>
 void f16_dequant_simd(const void* src, std::int64_t n, float* dst) {
-  using FV = typename FloatVec<Tag>::type;
+  constexpr int kL = Tag::bytes / 4;
   const auto* p = static_cast<const std::uint8_t*>(src);
   std::int64_t i = 0;
-  for (; i + FV::L <= n; i += FV::L) {
-    const typename FV::V v = FV::load_half(p + 2 * i);
-    std::memcpy(dst + i, &v, sizeof v);
-  }
+  for (; i + kL <= n; i += kL) load_f16<Tag>(p + 2 * i).store_unaligned(dst + i);
   for (; i < n; ++i) dst[i] = half_to_float(ld_u16(p + 2 * i));
 }
+#endif
 
 template <class Tag>
 void register_f16(KernelTable& t) {
@@ -48,10 +49,9 @@ void register_f16(KernelTable& t) {
     k.dequant = &f16_dequant_scalar;
     k.gemm = &float_gemm_scalar<F16Value>;
   } else {
-    k.dequant = &f16_dequant_simd<Tag>;
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-    k.gemm = &FloatGemv<Tag, FloatElem::f16>::template gemm<
-        &float_gemm<Tag, F16Src<typename FloatVec<Tag>::type>>>;
+    k.dequant = &f16_dequant_simd<Tag>;
+    k.gemm = &FloatGemv<Tag, FloatElem::f16>::template gemm<&float_gemm<Tag, F16Src<Tag>>>;
 #endif
   }
 }

@@ -22,22 +22,6 @@
 namespace nibble::kernels {
 namespace {
 
-/// The float vector type of a tag (AVX2: 8 lanes, AVX-512: 16, NEON: 4).
-template <class Tag, Family F = TagInfo<Tag>::family>
-struct FloatVec;
-#if defined(NIBBLE_K_X86)
-template <class Tag>
-struct FloatVec<Tag, Family::x86> {
-  using type = X86Float<TagInfo<Tag>::wide>;
-};
-#endif
-#if defined(NIBBLE_K_NEON)
-template <class Tag>
-struct FloatVec<Tag, Family::neon> {
-  using type = NeonFloat;
-};
-#endif
-
 /// Register-tile shapes (GEMM R x C, GEMV R1) per tag: sized to the register file.
 template <class Tag>
 struct FloatTileShape {
@@ -46,22 +30,25 @@ struct FloatTileShape {
   static constexpr int R1 = 4;
 };
 
-/// Generic float-activation tile. Src is the weight decoder:
-///   Src::kStep             values per step (a multiple of FV::L)
-///   Src::kVec              vectors per step (kStep / FV::L)
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+/// Generic float-activation tile, written once over the ISA tag (VF<Tag>: 8 lanes on AVX2, 16 on
+/// AVX-512, 4 on NEON). Src is the weight decoder:
+///   Src::kStep             values per step (a multiple of the lanes)
+///   Src::kVec              vectors per step (kStep / lanes)
 ///   Src::decode(row, k, V out[kVec])  weights k .. k + kStep - 1 of one row as fp32 vectors
 ///   Src::bytes(k)          byte offset of weight k in a row (k a multiple of kStep)
 ///   Src::value(row, k)     one weight as float (for the scalar tail; formats whose cols are a
 ///                          multiple of kStep never use it)
-template <class FV, class Src>
+template <class Tag, class Src>
 struct FloatTile {
-  using V = typename FV::V;
+  using V = VF<Tag>;
+  static constexpr int kL = Tag::bytes / 4;
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const float* X, std::int64_t xs,
                   std::int64_t cols, float* Y, std::int64_t ldy) {
     V acc[R][C];
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = FV::zero();
+      for (int c = 0; c < C; ++c) acc[r][c] = V(0.0f);
     const std::int64_t kv = cols / Src::kStep * Src::kStep;
     for (std::int64_t k = 0; k < kv; k += Src::kStep) {
       V w[R][Src::kVec];
@@ -71,14 +58,14 @@ struct FloatTile {
       for (int r = 0; r < R; ++r) Src::decode(W + r * wrb, k, w[r]);
       for (int v = 0; v < Src::kVec; ++v) {
         for (int c = 0; c < C; ++c) {
-          const V x = FV::load(X + c * xs + k + v * FV::L);
-          for (int r = 0; r < R; ++r) acc[r][c] = FV::fma(w[r][v], x, acc[r][c]);
+          const V x = V::load_unaligned(X + c * xs + k + v * kL);
+          for (int r = 0; r < R; ++r) acc[r][c] = fmadd<Tag>(w[r][v], x, acc[r][c]);
         }
       }
     }
     for (int r = 0; r < R; ++r) {
       for (int c = 0; c < C; ++c) {
-        float s = FV::hsum(acc[r][c]);
+        float s = xsimd::hadd(acc[r][c]);
         for (std::int64_t k = kv; k < cols; ++k) s += Src::value(W + r * wrb, k) * X[c * xs + k];
         Y[c * ldy + r] = s;
       }
@@ -90,8 +77,7 @@ struct FloatTile {
 template <class Tag, class Src, class Sh = FloatTileShape<Tag>>
 void float_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1, std::int64_t cols,
                 const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-  using FV = typename FloatVec<Tag>::type;
-  using K = FloatTile<FV, Src>;
+  using K = FloatTile<Tag, Src>;
   const auto* w = static_cast<const std::uint8_t*>(W);
   const auto* x = static_cast<const float*>(A);
   const std::int64_t xs = static_cast<std::int64_t>(arb / sizeof(float));
@@ -106,6 +92,8 @@ void float_gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1
     }
   });
 }
+
+#endif
 
 /// Scalar float-activation GEMM: one sequential float accumulator per output.
 template <class ScalarSrc>
@@ -140,15 +128,17 @@ struct F32Value {
   static float value(const std::uint8_t* row, std::int64_t k) { return ld_f32(row + 4 * k); }
 };
 
-template <class FV>
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+template <class Tag>
 struct F32Src : F32Value {
-  static constexpr int kStep = FV::L;
+  static constexpr int kStep = Tag::bytes / 4;
   static constexpr int kVec = 1;
   static std::size_t bytes(std::int64_t k) { return static_cast<std::size_t>(k) * 4; }
-  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[1]) {
-    out[0] = FV::load(reinterpret_cast<const float*>(row) + k);
+  static void decode(const std::uint8_t* row, std::int64_t k, VF<Tag> out[1]) {
+    out[0] = VF<Tag>::load_unaligned(reinterpret_cast<const float*>(row) + k);
   }
 };
+#endif
 
 inline void f32_dequant(const void* src, std::int64_t n, float* dst) {
   std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
@@ -254,8 +244,7 @@ void register_f32(KernelTable& t) {
     k.gemm = &float_gemm_scalar<F32Value>;
   } else {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-    k.gemm = &FloatGemv<Tag, FloatElem::f32>::template gemm<
-        &float_gemm<Tag, F32Src<typename FloatVec<Tag>::type>>>;
+    k.gemm = &FloatGemv<Tag, FloatElem::f32>::template gemm<&float_gemm<Tag, F32Src<Tag>>>;
 #endif
   }
 }

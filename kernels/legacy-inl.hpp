@@ -122,15 +122,16 @@ constexpr std::size_t legacy_bytes(std::int64_t k) {
 }
 
 /// FloatTile source: 32 values (one block) per step.
-template <class FV, Format F>
+template <class Tag, Format F>
 struct LegacySrc {
   static constexpr int kStep = 32;
-  static constexpr int kVec = 32 / FV::L;
+  static constexpr int kL = Tag::bytes / 4;
+  static constexpr int kVec = 32 / kL;
   static std::size_t bytes(std::int64_t k) { return legacy_bytes<F>(k); }
-  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[kVec]) {
+  static void decode(const std::uint8_t* row, std::int64_t k, VF<Tag> out[kVec]) {
     alignas(64) float buf[32];
     LegacyCodec<F>::decode32(row, k, buf);
-    for (int v = 0; v < kVec; ++v) out[v] = FV::load(buf + v * FV::L);
+    for (int v = 0; v < kVec; ++v) out[v] = VF<Tag>::load_aligned(buf + v * kL);
   }
   static float value(const std::uint8_t* row, std::int64_t k) { return legacy_value<F>(row, k); }
 };
@@ -181,7 +182,9 @@ void register_legacy_one(KernelTable& t) {
   if constexpr (TagInfo<Tag>::family == Family::scalar) {
     k.gemm = &legacy_gemm_scalar<F>;
   } else {
-    k.gemm = &float_gemm<Tag, LegacySrc<typename FloatVec<Tag>::type, F>>;
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+    k.gemm = &float_gemm<Tag, LegacySrc<Tag, F>>;
+#endif
   }
 }
 

@@ -35,23 +35,25 @@ struct Nf4Value {
   }
 };
 
-template <class FV, bool Fp4>
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+template <class Tag, bool Fp4>
 struct Nf4Src : Nf4Value<Fp4> {
   static constexpr int kStep = 32;  // half a block: 16 bytes of codes
-  static constexpr int kVec = 2 * FV::kPer16;
+  static constexpr int kVec = 32 / (Tag::bytes / 4);
   static std::size_t bytes(std::int64_t k) {
     return static_cast<std::size_t>(k / 64) * kNf4Bytes + static_cast<std::size_t>(k % 64) / 2;
   }
-  static void decode(const std::uint8_t* row, std::int64_t k, typename FV::V out[]) {
+  static void decode(const std::uint8_t* row, std::int64_t k, VF<Tag> out[]) {
     // The code book stays in registers when the compiler hoists it out of the k loop (it is
     // a constant); otherwise it is one to four L1 loads.
-    const typename FV::Book book = FV::book(nf4_book<Fp4>());
+    const Book16<Tag> book(nf4_book<Fp4>());
     const std::uint8_t* blk = row + static_cast<std::size_t>(k / 64) * kNf4Bytes;
-    const typename FV::V amax = FV::set1(ld_f32(blk));
-    FV::lookup32(book, blk + 4 + (k % 64) / 2, out);
-    for (int v = 0; v < kVec; ++v) out[v] = FV::mul(out[v], amax);
+    const VF<Tag> amax(ld_f32(blk));
+    lookup_codes32<Tag>(book, blk + 4 + (k % 64) / 2, out);
+    for (int v = 0; v < kVec; ++v) out[v] = out[v] * amax;
   }
 };
+#endif
 
 /// Register tiles for the 4-bit formats (each decoded step holds kVec vectors per row).
 template <class Tag>
@@ -75,19 +77,21 @@ void nf4_dequant_scalar(const void* src, std::int64_t n, float* dst) {
   }
 }
 
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 template <class Tag, bool Fp4>
 void nf4_dequant_simd(const void* src, std::int64_t n, float* dst) {
-  using FV = typename FloatVec<Tag>::type;
-  using S = Nf4Src<FV, Fp4>;
+  using S = Nf4Src<Tag, Fp4>;
+  constexpr int kL = Tag::bytes / 4;
   const auto* p = static_cast<const std::uint8_t*>(src);
   for (std::int64_t b = 0; b < n / 64; ++b, p += kNf4Bytes) {
     for (int k = 0; k < 64; k += S::kStep) {
-      typename FV::V v[S::kVec];
+      VF<Tag> v[S::kVec];
       S::decode(p, k, v);
-      std::memcpy(dst + b * 64 + k, v, sizeof v);
+      for (int i = 0; i < S::kVec; ++i) v[i].store_unaligned(dst + b * 64 + k + i * kL);
     }
   }
 }
+#endif
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
@@ -133,8 +137,8 @@ struct Nf4FloatGemv {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) {
-      return float_gemm<Tag, Nf4Src<typename FloatVec<Tag>::type, Fp4>, Nf4TileShape<Tag>>(
-          W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+      return float_gemm<Tag, Nf4Src<Tag, Fp4>, Nf4TileShape<Tag>>(W, wrb, r0, r1, cols, A, arb, n,
+                                                                  Y, ldy);
     }
     gemv_groups<Nf4FloatGemv, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                                   static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
@@ -440,8 +444,8 @@ struct Nf4X86 {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) {
-      return float_gemm<Tag, Nf4Src<typename FloatVec<Tag>::type, Fp4>, Nf4TileShape<Tag>>(
-          W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+      return float_gemm<Tag, Nf4Src<Tag, Fp4>, Nf4TileShape<Tag>>(W, wrb, r0, r1, cols, A, arb, n,
+                                                                  Y, ldy);
     }
     gemv_groups<G, G::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                           static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
@@ -457,7 +461,9 @@ void register_4bit(KernelTable& t) {
     k.dequant = &nf4_dequant_scalar<Fp4>;
     k.gemm = &float_gemm_scalar<Nf4Value<Fp4>>;
   } else {
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
     k.dequant = &nf4_dequant_simd<Tag, Fp4>;
+#endif
 #if defined(NIBBLE_K_X86)
     k.gemm = &Nf4X86<Tag, Fp4>::gemm;
     k.act_bytes = &Nf4X86<Tag, Fp4>::G::act_bytes;

@@ -19,13 +19,14 @@ namespace nibble::kernels {
 namespace {
 namespace kq {
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#if defined(NIBBLE_K_AVX512)
 
-#if defined(__AVX512VNNI__)
+#if defined(NIBBLE_K_AVX512VNNI)
 /// Q6_K GEMM (n > 1) policy of gemm_rows16 (see Q45Rows16): zmm 4 * sb + k of a repacked block
 /// holds, in lane i, the unsigned levels (0..63) of values 16 * sb + 4k .. 4k + 3 of row i;
 /// zmm 64 + sb the float d * scales[sb] per row. The -32 offset starts each sub-block's int32
-/// sums at -32 * bsums[sb] (the per-column extras).
+/// sums at -32 * bsums[sb] (the per-column extras). T: a VNNI tag.
+template <class T>
 struct Q6Rows16 {
   static constexpr int kZ = 80;
   static constexpr int kC = 8;
@@ -40,107 +41,101 @@ struct Q6Rows16 {
   }
 
   static inline void repack_block(const std::uint8_t* w, std::size_t wrb, int nr, std::int64_t b,
-                                  __m512i* dst) {
+                                  VU8<T>* dst) {
     const BlockQ6_K* x[16];
     for (int i = 0; i < 16; ++i)
       x[i] = reinterpret_cast<const BlockQ6_K*>(w + static_cast<std::size_t>(i < nr ? i : nr - 1) *
                                                         wrb) +
              b;
-    __m512i l0[16], l1[16], qh[16];
+    VI32<T> l0[16], l1[16], qh[16];
     for (int i = 0; i < 16; ++i) {
-      l0[i] = _mm512_loadu_si512(x[i]->ql);
-      l1[i] = _mm512_loadu_si512(x[i]->ql + 64);
-      qh[i] = _mm512_loadu_si512(x[i]->qh);
+      l0[i] = loadu<std::int32_t, T>(x[i]->ql);
+      l1[i] = loadu<std::int32_t, T>(x[i]->ql + 64);
+      qh[i] = loadu<std::int32_t, T>(x[i]->qh);
     }
-    transpose16(l0);
-    transpose16(l1);
-    transpose16(qh);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i m30 = _mm512_set1_epi8(0x30);
+    transpose_i32<T>(l0);
+    transpose_i32<T>(l1);
+    transpose_i32<T>(qh);
+    const VU8<T> m4(static_cast<std::uint8_t>(0x0F));
+    const VU8<T> m30(static_cast<std::uint8_t>(0x30));
     // values 128h + 4u .. +3: low bits in ql dword 16h + u % 16 (high nibble if u >= 16), high
     // bits in qh dword 8h + u % 8 at bit 2 * (u / 8); sub-block 8h + u / 4, step u % 4.
     for (int h = 0; h < 2; ++h)
       for (int u = 0; u < 32; ++u) {
-        const __m512i L = h ? l1[u % 16] : l0[u % 16];
-        const __m512i lo =
-            u < 16 ? _mm512_and_si512(L, m4) : _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
-        const __m512i H = qh[8 * h + u % 8];
-        __m512i hi;
+        const VU16<T> L = as<std::uint16_t>(h ? l1[u % 16] : l0[u % 16]);
+        const VU8<T> lo = as<std::uint8_t>(u < 16 ? L : L >> 4) & m4;
+        const VU16<T> H = as<std::uint16_t>(qh[8 * h + u % 8]);
+        VU16<T> hi;
         switch (u / 8) {
           case 0:
-            hi = _mm512_slli_epi16(H, 4);
+            hi = H << 4;
             break;
           case 1:
-            hi = _mm512_slli_epi16(H, 2);
+            hi = H << 2;
             break;
           case 2:
             hi = H;
             break;
           default:
-            hi = _mm512_srli_epi16(H, 2);
+            hi = H >> 2;
             break;
         }
-        _mm512_store_si512(dst + 32 * h + u, _mm512_or_si512(lo, _mm512_and_si512(hi, m30)));
+        (lo | (as<std::uint8_t>(hi) & m30))
+            .store_aligned(reinterpret_cast<std::uint8_t*>(dst + 32 * h + u));
       }
     // scales of the 16 rows transposed (h[q] lane i = scales[4q .. 4q + 3] of row i), d as
     // 16 fp16
-    __m512i h[16];
+    VI32<T> hs[16];
     alignas(32) std::uint16_t dh[16];
     for (int i = 0; i < 16; ++i) {
-      h[i] =
-          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i]->scales)));
+      hs[i] = as<std::int32_t>(load_first<T>(x[i]->scales, 16));
       std::memcpy(&dh[i], &x[i]->d, 2);
     }
-    transpose16(h);
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    transpose_i32<T>(hs);
+    const VF<T> d = load_f16<T>(dh);
     for (int sb = 0; sb < 16; ++sb) {
-      const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(h[sb / 4], 24 - 8 * (sb % 4)), 24);
-      _mm512_store_ps(reinterpret_cast<float*>(dst + 64 + sb),
-                      _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+      const VI32<T> v = (hs[sb / 4] << (24 - 8 * (sb % 4))) >> 24;
+      (d * xsimd::to_float(v)).store_aligned(reinterpret_cast<float*>(dst + 64 + sb));
     }
   }
 
   template <int C>
-  static inline void cols(const __m512i* tile, std::int64_t nb, const BlockQ8_K* const* a,
-                          const float* const* ex, float* y, std::int64_t ldy, __mmask16 mask) {
-    __m512 acc[C];
+  static inline void cols(const VU8<T>* tile, std::int64_t nb, const BlockQ8_K* const* a,
+                          const float* const* ex, float* y, std::int64_t ldy, int nr) {
+    VF<T> acc[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[c] = VF<T>(0.f);
     for (std::int64_t b = 0; b < nb; ++b) {
-      const __m512i* t = tile + b * kZ;
-      __m512 blk[C];
+      const VU8<T>* t = tile + b * kZ;
+      VF<T> blk[C];
 #pragma GCC unroll 16
       for (int sb = 0; sb < 16; ++sb) {
-        __m512i s[C];
+        VI32<T> s[C];
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
           std::int32_t e;
           std::memcpy(&e, ex[c] + b * 16 + sb, 4);
-          s[c] = _mm512_set1_epi32(e);
+          s[c] = VI32<T>(e);
         }
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
-          const __m512i wv = _mm512_load_si512(t + 4 * sb + k);
+          const VU8<T> wv = t[4 * sb + k];
 #pragma GCC unroll 8
-          for (int c = 0; c < C; ++c) {
-            std::int32_t av;
-            std::memcpy(&av, a[c][b].qs + 16 * sb + 4 * k, 4);
-            s[c] = _mm512_dpbusd_epi32(s[c], wv, _mm512_set1_epi32(av));
-          }
+          for (int c = 0; c < C; ++c)
+            s[c] = dot_u8s8<T>(s[c], wv, bcast4<T>(a[c][b].qs + 16 * sb + 4 * k));
         }
-        const __m512 fs = _mm512_load_ps(reinterpret_cast<const float*>(t + 64 + sb));
+        const VF<T> fs = VF<T>::load_aligned(reinterpret_cast<const float*>(t + 64 + sb));
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m512 f = _mm512_cvtepi32_ps(s[c]);
-          blk[c] = sb == 0 ? _mm512_mul_ps(f, fs) : _mm512_fmadd_ps(f, fs, blk[c]);
+          const VF<T> f = xsimd::to_float(s[c]);
+          blk[c] = sb == 0 ? f * fs : fmadd<T>(f, fs, blk[c]);
         }
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[c] = _mm512_fmadd_ps(blk[c], _mm512_set1_ps(a[c][b].d), acc[c]);
+      for (int c = 0; c < C; ++c) acc[c] = fmadd<T>(blk[c], VF<T>(a[c][b].d), acc[c]);
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, acc[c]);
+    for (int c = 0; c < C; ++c) store_first<T>(y + c * ldy, acc[c], nr);
   }
 };
 #endif  // VNNI
@@ -149,11 +144,12 @@ struct Q6Rows16 {
 /// the 4 level vectors are the in-lane 4x4 dword transpose of X_0..X_3, so int32 lane
 /// L = 4i + c (i = L / 4) holds sub-block 4c + i. The unsigned levels (0..63) are used and the
 /// -32 offset enters as extra = -32 * bsums[sub-block] (the initial int32 lane sums).
+template <class T>
 struct Q6Fmt512 {
   static constexpr bool kHasMin = false;
-#if defined(__AVX512VNNI__)
-  static constexpr bool kHasRows16 = true;
-  using Rows16 = Q6Rows16;
+#if defined(NIBBLE_K_AVX512VNNI)
+  static constexpr bool kHasRows16 = T::vnni;
+  using Rows16 = Q6Rows16<T>;
 #else
   static constexpr bool kHasRows16 = false;
 #endif
@@ -163,42 +159,30 @@ struct Q6Fmt512 {
     return 4 * (L % 4) + L / 4;
   }
 
-  static inline void unpack(const std::uint8_t* blk, __m512i& v0, __m512i& v1, __m512i& v2,
-                            __m512i& v3, __m512& fs, __m512& fm) {
+  static NIBBLE_K_INLINE void unpack(const std::uint8_t* blk, Unpacked512<T>& out) {
     const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(blk);
-    const __m512i z0 = _mm512_loadu_si512(x->ql);
-    const __m512i z1 = _mm512_loadu_si512(x->ql + 64);
-    const __m512i h0 =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh)));
-    const __m512i h1 =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32)));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const VU16<T> z0 = loadu<std::uint16_t, T>(x->ql);
+    const VU16<T> z1 = loadu<std::uint16_t, T>(x->ql + 64);
+    const VU16<T> h0 = as<std::uint16_t>(load_twice<T>(x->qh));
+    const VU16<T> h1 = as<std::uint16_t>(load_twice<T>(x->qh + 32));
+    const VU8<T> m4(static_cast<std::uint8_t>(0x0F));
+    const VU8<T> m30(static_cast<std::uint8_t>(0x30));
     // Lower 256 bits: values with qh bits 0-1 (resp. 4-5); upper: bits 2-3 (resp. 6-7).
-    const __m512i cl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i cr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    const __m512i x0 =
-        _mm512_or_si512(_mm512_and_si512(z0, m4), _mm512_and_si512(_mm512_sllv_epi16(h0, cl), m30));
-    const __m512i x1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z0, 4), m4),
-                                       _mm512_and_si512(_mm512_srlv_epi16(h0, cr), m30));
-    const __m512i x2 =
-        _mm512_or_si512(_mm512_and_si512(z1, m4), _mm512_and_si512(_mm512_sllv_epi16(h1, cl), m30));
-    const __m512i x3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z1, 4), m4),
-                                       _mm512_and_si512(_mm512_srlv_epi16(h1, cr), m30));
-    const __m512i t0 = _mm512_unpacklo_epi32(x0, x1);
-    const __m512i t1 = _mm512_unpackhi_epi32(x0, x1);
-    const __m512i t2 = _mm512_unpacklo_epi32(x2, x3);
-    const __m512i t3 = _mm512_unpackhi_epi32(x2, x3);
-    v0 = _mm512_unpacklo_epi64(t0, t2);
-    v1 = _mm512_unpackhi_epi64(t0, t2);
-    v2 = _mm512_unpacklo_epi64(t1, t3);
-    v3 = _mm512_unpackhi_epi64(t1, t3);
-    const __m128i idx = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m128i sc =
-        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales)), idx);
-    fs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
-                       _mm512_set1_ps(_cvtsh_ss(x->d)));
-    fm = _mm512_setzero_ps();
+    VI32<T> v[4] = {as<std::int32_t>((as<std::uint8_t>(z0) & m4) |
+                                     (as<std::uint8_t>(shl_halves<T>(h0, 4, 2)) & m30)),
+                    as<std::int32_t>((as<std::uint8_t>(z0 >> 4) & m4) |
+                                     (as<std::uint8_t>(shr_halves<T>(h0, 0, 2)) & m30)),
+                    as<std::int32_t>((as<std::uint8_t>(z1) & m4) |
+                                     (as<std::uint8_t>(shl_halves<T>(h1, 4, 2)) & m30)),
+                    as<std::int32_t>((as<std::uint8_t>(z1 >> 4) & m4) |
+                                     (as<std::uint8_t>(shr_halves<T>(h1, 0, 2)) & m30))};
+    transpose4_lanes_i32<T>(v);
+    for (int t = 0; t < 4; ++t) out.v[t] = as<std::uint8_t>(v[t]);
+    alignas(64) static constexpr std::int32_t kIdx[16] = {0, 4, 8,  12, 1, 5, 9,  13,
+                                                          2, 6, 10, 14, 3, 7, 11, 15};
+    const VI32<T> sc = permute_i32<T>(widen_i8_i32<T>(x->scales), VI32<T>::load_aligned(kIdx));
+    out.fs = xsimd::to_float(sc) * VF<T>(::nibble::kernels::h2f<T>(x->d));
+    out.fm = VF<T>(0.f);
   }
 
   static inline void prep(const BlockQ8_K& a, PrepBlock& p) {
@@ -231,7 +215,7 @@ void register_q6_k(KernelTable& t) {
     // AVX-512 prefill stays on the 16-row VNNI engine of this file and the unpacked-tile engine
     // of kquant-inl.hpp: side by side with the rows engine, measured 1.0-1.3x faster at n = 8..64.
     if constexpr (Tag::bytes == 64) {
-      k.gemm = &K::template gemm<&kq::gemm512<kq::Q6Fmt512, Tag::vnni>>;
+      k.gemm = &K::template gemm<&kq::gemm512<kq::Q6Fmt512<Tag>, Tag>>;
     } else {
       k.gemm = &K::template gemm<&RowsGemm<Tag, Q6Rows>::gemm>;
     }

@@ -36,12 +36,13 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/table.hpp"
 
-#if defined(__x86_64__) && defined(__AVX2__)
-#include <immintrin.h>
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+
+#if defined(NIBBLE_K_X86)
 #define NIBBLE_QZ_SIMD 1
 #define NIBBLE_QZ_X86 1
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#include <arm_neon.h>
+#elif defined(NIBBLE_K_NEON)
 #define NIBBLE_QZ_SIMD 1
 #endif
 
@@ -184,39 +185,21 @@ inline void q8_0_block_scalar(const float* x, BlockQ8_0* y) {
 
 #if defined(NIBBLE_QZ_SIMD)
 
-/// IEEE-exact division and square root per lane. xsimd 8.1 implements float division and
-/// square root on NEON with reciprocal estimates and Newton steps (not correctly rounded), so
-/// AArch64 uses the instructions directly.
+/// IEEE-exact division, square root and half-to-even rounding per lane: div_ieee, sqrt_ieee and
+/// round_even of kernels/detail/intrin-*.hpp (on AArch64 the instructions; xsimd 8.1 approximates
+/// the first two there).
 template <class A>
 inline xsimd::batch<float, A> vdiv(const xsimd::batch<float, A>& a,
                                    const xsimd::batch<float, A>& b) {
-#if defined(__aarch64__)
-  if constexpr (std::is_same_v<A, xsimd::neon64>)
-    return xsimd::batch<float, A>(vdivq_f32(a, b));
-  else
-#endif
-    return a / b;
+  return div_ieee<A>(a, b);
 }
 template <class A>
 inline xsimd::batch<float, A> vsqrt(const xsimd::batch<float, A>& a) {
-#if defined(__aarch64__)
-  if constexpr (std::is_same_v<A, xsimd::neon64>)
-    return xsimd::batch<float, A>(vsqrtq_f32(a));
-  else
-#endif
-    return xsimd::sqrt(a);
+  return sqrt_ieee<A>(a);
 }
-
-/// Round half to even per lane (the default rounding mode; vrndnq on AArch64, where xsimd 8.1
-/// falls back to a generic emulation).
 template <class A>
 inline xsimd::batch<float, A> vround(const xsimd::batch<float, A>& a) {
-#if defined(__aarch64__)
-  if constexpr (std::is_same_v<A, xsimd::neon64>)
-    return xsimd::batch<float, A>(vrndnq_f32(a));
-  else
-#endif
-    return xsimd::nearbyint(a);
+  return round_even<A>(a);
 }
 
 /// nearest_int per lane, returned as float (exact: the result is an integer below 2^23).
@@ -411,34 +394,15 @@ inline void search_lanes(const float* xt, const float* wt, float nmax, float rmi
 }
 
 /// Transposes rows of R floats into lane order: dst[i*S + p] = src[R*p + i] for p < rows
-/// (rows and R multiples of 8), `pad` for rows..S-1. 8x8 AVX transposes on x86.
+/// (rows and R multiples of 8), `pad` for rows..S-1. 8x8 transposes (transpose8_f32) on x86.
 template <int S, int R = 32>
 inline void to_lanes(const float* src, int rows, float pad, float* dst) {
 #if !defined(NIBBLE_QZ_X86)
   for (int p = 0; p < rows; ++p)
     for (int i = 0; i < R; ++i) dst[i * S + p] = src[R * p + i];
 #else
-  for (int p0 = 0; p0 < rows; p0 += 8) {
-    for (int i0 = 0; i0 < R; i0 += 8) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + R * (p0 + k) + i0);
-      __m256 t[8], q[8];
-      for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      }
-      for (int k = 0; k < 8; k += 4) {
-        q[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-        q[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
-        q[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        q[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
-      for (int k = 0; k < 4; ++k) {
-        _mm256_store_ps(dst + (i0 + k) * S + p0, _mm256_permute2f128_ps(q[k], q[k + 4], 0x20));
-        _mm256_store_ps(dst + (i0 + k + 4) * S + p0, _mm256_permute2f128_ps(q[k], q[k + 4], 0x31));
-      }
-    }
-  }
+  for (int p0 = 0; p0 < rows; p0 += 8)
+    for (int i0 = 0; i0 < R; i0 += 8) transpose8_f32(src + R * p0 + i0, R, dst + i0 * S + p0, S);
 #endif
   for (int p = rows; p < S; ++p)
     for (int i = 0; i < R; ++i) dst[i * S + p] = pad;

@@ -1,87 +1,14 @@
-// nibble: the NEON pieces the kernel bodies need (with and without the dotprod extension):
-// float vectors of 4 lanes, fp16 loads, the 16-entry code-book lookup (tbl) and the int8 dot
-// product of 16 bytes into 4 int32 lanes (lane i = sum of products of bytes 4i..4i+3, the same
-// grouping as the x86 kernels, so integer partial sums agree across ISAs).
+// nibble: the NEON operations the kernel bodies need beyond xsimd 8.1 (with and without the
+// dotprod extension): int8 dot products (lane i = sum of products of bytes 4i..4i+3, the same
+// grouping as the x86 kernels, so integer partial sums agree across ISAs), table lookups (tbl),
+// fp16 / bf16 loads, IEEE division, square root and rounding for the quantizers. The only file of
+// the NEON kernels with intrinsics.
 #pragma once
 
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
 #if defined(NIBBLE_K_NEON)
-namespace nibble::kernels {
-namespace {
-
-/// 8 packed bytes -> their 16 nibbles in element order (high nibble first).
-inline uint8x16_t nibbles16(const std::uint8_t* p) {
-  const uint8x8_t v = vld1_u8(p);
-  const uint8x8_t hi = vshr_n_u8(v, 4);
-  const uint8x8_t lo = vand_u8(v, vdup_n_u8(0x0F));
-  const uint8x8x2_t z = vzip_u8(hi, lo);
-  return vcombine_u8(z.val[0], z.val[1]);
-}
-
-struct NeonFloat {
-  using V = float32x4_t;
-  static constexpr int L = 4;
-  static V zero() { return vdupq_n_f32(0.0f); }
-  static V set1(float x) { return vdupq_n_f32(x); }
-  static V load(const float* p) { return vld1q_f32(p); }
-  static V load_half(const std::uint8_t* p) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const std::uint16_t*>(p))));
-  }
-  static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
-  static V mul(V a, V b) { return vmulq_f32(a, b); }
-  static float hsum(V v) {
-    const float32x2_t s = vadd_f32(vget_low_f32(v), vget_high_f32(v));
-    return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
-  }
-  struct Book {
-    uint8x16x4_t t;
-  };
-  static Book book(const float* cb) {
-    const std::uint8_t* b = reinterpret_cast<const std::uint8_t*>(cb);
-    return {{{vld1q_u8(b), vld1q_u8(b + 16), vld1q_u8(b + 32), vld1q_u8(b + 48)}}};
-  }
-  static constexpr int kPer16 = 4;
-  static uint8x16_t nibbles(const std::uint8_t* p) { return nibbles16(p); }
-  /// 16 packed bytes (32 codes, high nibble first) -> 8 vectors of code-book values.
-  static void lookup32(const Book& b, const std::uint8_t* p, V out[8]) {
-    const uint8x16_t v = vld1q_u8(p);
-    const uint8x16x2_t z = vzipq_u8(vshrq_n_u8(v, 4), vandq_u8(v, vdupq_n_u8(0x0F)));
-    lookup16(b, z.val[0], out);
-    lookup16(b, z.val[1], out + 4);
-  }
-  /// 16 indices (0..15, one per byte) -> 4 vectors of code-book floats.
-  static void lookup16(const Book& b, uint8x16_t idx, V out[4]) {
-    static const std::uint8_t rep[64] = {
-        0,  0,  0,  0,  1,  1,  1,  1,  2,  2,  2,  2,  3,  3,  3,  3,  4,  4,  4,  4,  5,  5,
-        5,  5,  6,  6,  6,  6,  7,  7,  7,  7,  8,  8,  8,  8,  9,  9,  9,  9,  10, 10, 10, 10,
-        11, 11, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
-    const uint8x16_t idx4 = vshlq_n_u8(idx, 2);
-    const uint8x16_t off = vreinterpretq_u8_u32(vdupq_n_u32(0x03020100u));
-    for (int g = 0; g < 4; ++g) {
-      const uint8x16_t bytes = vaddq_u8(vqtbl1q_u8(idx4, vld1q_u8(rep + 16 * g)), off);
-      out[g] = vreinterpretq_f32_u8(vqtbl4q_u8(b.t, bytes));
-    }
-  }
-};
-
-/// 16-byte int8 dot product into 4 int32 lanes added to acc (lane i: bytes 4i..4i+3).
-template <bool Dot>
-inline int32x4_t neon_dot16(int32x4_t acc, int8x16_t w, int8x16_t a) {
-#if defined(NIBBLE_K_NEONDOT)
-  if constexpr (Dot) return vdotq_s32(acc, w, a);
-#endif
-  const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
-  const int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(a));
-  const int32x4_t pl = vpaddlq_s16(lo);  // pairs 0+1, 2+3, 4+5, 6+7
-  const int32x4_t ph = vpaddlq_s16(hi);
-  return vaddq_s32(acc, vpaddq_s32(pl, ph));
-}
-
-}  // namespace
-}  // namespace nibble::kernels
-
 // ===================================================================== the helper vocabulary
 // NEON implementations of the operations xsimd 8.1 lacks (see intrin-x86.hpp for the contract of
 // each; the same names, the same results).
@@ -114,6 +41,23 @@ struct S8Dot {
     const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
     const int16x8_t hi = vmull_high_s8(w, a);
     return VI32<Tag>(vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))));
+  }
+};
+
+template <class Tag>
+struct S8SumDot {
+  static constexpr int kBias = 0;
+  struct W {
+    VI8<Tag> w;
+  };
+  static W prep(const VI8<Tag>& w) { return {w}; }
+  static VI32<Tag> dot(const VI32<Tag>& acc, const W& w, const VI8<Tag>& a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    if constexpr (Tag::dotprod) return VI32<Tag>(vdotq_s32(acc, w.w, a));
+#endif
+    // smull + smlal2 (int16: two products, at most 2 * 128 * 127) + sadalp.
+    const int16x8_t p = vmlal_high_s8(vmull_s8(vget_low_s8(w.w), vget_low_s8(a)), w.w, a);
+    return VI32<Tag>(vpadalq_s16(acc, p));
   }
 };
 
@@ -153,6 +97,21 @@ template <class Tag>
 inline VU8<Tag> load_halves(const void* lo, const void* hi) {
   return VU8<Tag>(vcombine_u8(vld1_u8(static_cast<const std::uint8_t*>(lo)),
                               vld1_u8(static_cast<const std::uint8_t*>(hi))));
+}
+
+/// The first n bytes at p (0 < n < 16) and zeros above; reads nothing past p + n (through a
+/// zeroed stack copy: NEON has no masked loads).
+template <class Tag>
+inline VU8<Tag> load_first(const void* p, int n) {
+  alignas(16) std::uint8_t b[16] = {};
+  std::memcpy(b, p, static_cast<std::size_t>(n));
+  return VU8<Tag>(vld1q_u8(b));
+}
+
+template <class Tag>
+inline VU8<Tag> load_twice(const void* p) {
+  const uint8x8_t h = vld1_u8(static_cast<const std::uint8_t*>(p));
+  return VU8<Tag>(vcombine_u8(h, h));
 }
 
 template <class Tag>
@@ -265,6 +224,25 @@ struct Book16 {
     return VF<Tag>(vreinterpretq_f32_u8(vqtbl4q_u8(t, vreinterpretq_u8_u32(b))));
   }
 };
+
+template <class Tag>
+inline void lookup_codes32(const Book16<Tag>& b, const std::uint8_t* p, VF<Tag>* out) {
+  // Byte tables: the codes in order (high nibble first), each spread to the 4 bytes of its entry.
+  static const std::uint8_t rep[64] = {
+      0,  0,  0,  0,  1,  1,  1,  1,  2,  2,  2,  2,  3,  3,  3,  3,  4,  4,  4,  4,  5,  5,
+      5,  5,  6,  6,  6,  6,  7,  7,  7,  7,  8,  8,  8,  8,  9,  9,  9,  9,  10, 10, 10, 10,
+      11, 11, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
+  const uint8x16_t v = vld1q_u8(p);
+  const uint8x16x2_t z = vzipq_u8(vshrq_n_u8(v, 4), vandq_u8(v, vdupq_n_u8(0x0F)));
+  const uint8x16_t off = vreinterpretq_u8_u32(vdupq_n_u32(0x03020100u));
+  for (int h = 0; h < 2; ++h) {
+    const uint8x16_t idx4 = vshlq_n_u8(z.val[h], 2);
+    for (int g = 0; g < 4; ++g) {
+      const uint8x16_t bytes = vaddq_u8(vqtbl1q_u8(idx4, vld1q_u8(rep + 16 * g)), off);
+      out[4 * h + g] = VF<Tag>(vreinterpretq_f32_u8(vqtbl4q_u8(b.t, bytes)));
+    }
+  }
+}
 
 template <class Tag>
 inline VU8<Tag> load_lanes(const void* const* p) {
@@ -429,6 +407,23 @@ template <class Tag>
 inline VF<Tag> load_bf16(const void* p) {
   return VF<Tag>(
       vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(static_cast<const std::uint16_t*>(p)), 16)));
+}
+
+// Helpers of the weight quantizers (see intrin-x86.hpp). xsimd 8.1 implements float division and
+// square root on NEON with reciprocal estimates and Newton steps (not correctly rounded) and
+// nearbyint with a generic emulation, so these use the AArch64 instructions.
+template <class A>
+inline xsimd::batch<float, A> div_ieee(const xsimd::batch<float, A>& a,
+                                       const xsimd::batch<float, A>& b) {
+  return xsimd::batch<float, A>(vdivq_f32(a, b));
+}
+template <class A>
+inline xsimd::batch<float, A> sqrt_ieee(const xsimd::batch<float, A>& a) {
+  return xsimd::batch<float, A>(vsqrtq_f32(a));
+}
+template <class A>
+inline xsimd::batch<float, A> round_even(const xsimd::batch<float, A>& a) {
+  return xsimd::batch<float, A>(vrndnq_f32(a));
 }
 
 }  // namespace

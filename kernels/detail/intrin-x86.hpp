@@ -1,156 +1,15 @@
-// nibble: the x86 pieces the kernel bodies need beyond plain C++ (AVX2, AVX-512, AVX-512 VNNI):
-// float vectors of 8 or 16 lanes, fp16 loads, the 16-entry code-book lookup and the int8 dot
-// product of 32 bytes into 8 int32 lanes (lane i = sum of products of bytes 4i..4i+3, the same
-// grouping on every ISA, so the integer partial sums are identical everywhere).
+// nibble: the x86 operations the kernel bodies need beyond xsimd 8.1 (AVX2, AVX-VNNI, AVX-512,
+// AVX-512 VNNI): int8 dot products (4-byte groups into int32 lanes, the same grouping on every
+// ISA, so the integer partial sums are identical everywhere), in-lane byte lookups, fp16 / bf16
+// loads, code-book lookups, saturating narrowing, lane shuffles and masked loads and stores. The
+// only file of the x86 kernels with intrinsics: every kernel body is written over xsimd batches
+// and calls these (intrin-neon.hpp has the same names for NEON).
 #pragma once
 
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
 #if defined(NIBBLE_K_X86)
-namespace nibble::kernels {
-namespace {
-
-/// 8 packed bytes -> their 16 nibbles in element order (high nibble first), one per byte.
-inline __m128i nibbles16(const std::uint8_t* p) {
-  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
-  const __m128i lo = _mm_and_si128(v, m);
-  return _mm_unpacklo_epi8(hi, lo);
-}
-
-/// Float vectors for a tag: 8 lanes (AVX2) or 16 lanes (AVX-512).
-template <bool Wide>
-struct X86Float;
-
-template <>
-struct X86Float<false> {
-  using V = __m256;
-  static constexpr int L = 8;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  /// L binary16 values from p (exact conversion).
-  static V load_half(const std::uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static float hsum(V v) {
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-  }
-  /// Code-book lookup of 16 4-bit indices (bytes 0..15 of idx, one per byte) into two vectors.
-  struct Book {
-    __m256 lo, hi;
-  };
-  static Book book(const float* cb) { return {_mm256_loadu_ps(cb), _mm256_loadu_ps(cb + 8)}; }
-  static V lookup8(const Book& b, __m256i i) {
-    const __m256 a = _mm256_permutevar8x32_ps(b.lo, i);
-    const __m256 c = _mm256_permutevar8x32_ps(b.hi, i);
-    return _mm256_blendv_ps(a, c, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
-  }
-  static constexpr int kPer16 = 2;  // vectors per 16 values
-  static __m128i nibbles(const std::uint8_t* p) { return nibbles16(p); }
-  /// 16 packed bytes (32 codes, high nibble first) -> 4 vectors of code-book values. The
-  /// index bytes keep garbage above bit 3, which the lookups ignore.
-  static void lookup32(const Book& b, const std::uint8_t* p, V out[4]) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i hi = _mm_srli_epi16(v, 4);
-    const __m128i i0 = _mm_unpacklo_epi8(hi, v), i1 = _mm_unpackhi_epi8(hi, v);
-    out[0] = lookup8(b, _mm256_cvtepu8_epi32(i0));
-    out[1] = lookup8(b, _mm256_cvtepu8_epi32(_mm_srli_si128(i0, 8)));
-    out[2] = lookup8(b, _mm256_cvtepu8_epi32(i1));
-    out[3] = lookup8(b, _mm256_cvtepu8_epi32(_mm_srli_si128(i1, 8)));
-  }
-  static void lookup16(const Book& b, __m128i idx, V out[2]) {
-    out[0] = lookup8(b, _mm256_cvtepu8_epi32(idx));
-    out[1] = lookup8(b, _mm256_cvtepu8_epi32(_mm_srli_si128(idx, 8)));
-  }
-};
-
-#if defined(NIBBLE_K_AVX512)
-template <>
-struct X86Float<true> {
-  using V = __m512;
-  static constexpr int L = 16;
-  static V zero() { return _mm512_setzero_ps(); }
-  static V set1(float x) { return _mm512_set1_ps(x); }
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static V load_half(const std::uint8_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static float hsum(V v) {
-    const __m256 h =
-        _mm256_add_ps(_mm512_castps512_ps256(v),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    return X86Float<false>::hsum(h);
-  }
-  struct Book {
-    __m512 t;
-  };
-  static Book book(const float* cb) { return {_mm512_loadu_ps(cb)}; }
-  static constexpr int kPer16 = 1;
-  static __m128i nibbles(const std::uint8_t* p) { return nibbles16(p); }
-  /// 16 packed bytes (32 codes) -> 2 vectors (vpermps reads only bits 0..3 of each index).
-  static void lookup32(const Book& b, const std::uint8_t* p, V out[2]) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i hi = _mm_srli_epi16(v, 4);
-    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, v)), b.t);
-    out[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, v)), b.t);
-  }
-  static void lookup16(const Book& b, __m128i idx, V out[1]) {
-    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(idx), b.t);
-  }
-};
-#endif
-
-/// The 32-byte int8 dot product in three steps so that a register tile can prepare each weight
-/// and each activation vector once: prep_w (per weight vector), prep_a (per activation vector),
-/// dot (per pair). Result: 8 int32 lanes, lane i = sum over bytes 4i..4i+3 of w * a.
-/// Without VNNI: sign trick (|w| unsigned times a with w's sign) via maddubs + madd; |a| <= 127.
-/// With VNNI: (w + 128) unsigned times a, accumulated onto -128 * (sum of a) by vpdpbusd.
-template <bool Vnni>
-struct X86I8 {
-  struct W {
-    __m256i w, u;  // raw weights and their unsigned form
-  };
-  struct A {
-    __m256i a, base;
-  };
-  static W prep_w(__m256i w) {
-    if constexpr (Vnni) {
-      return {w, _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)))};
-    } else {
-      return {w, _mm256_sign_epi8(w, w)};
-    }
-  }
-  static A prep_a(__m256i a) {
-#if defined(NIBBLE_K_AVX512VNNI)
-    if constexpr (Vnni) {
-      const __m256i s =
-          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), a);
-      return {a, _mm256_sub_epi32(_mm256_setzero_si256(), s)};
-    }
-#endif
-    return {a, _mm256_setzero_si256()};
-  }
-  static __m256i dot(const W& w, const A& a) {
-#if defined(NIBBLE_K_AVX512VNNI)
-    if constexpr (Vnni) return _mm256_dpbusd_epi32(a.base, w.u, a.a);
-#endif
-    const __m256i p = _mm256_maddubs_epi16(w.u, _mm256_sign_epi8(a.a, w.w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-  }
-};
-
-}  // namespace
-}  // namespace nibble::kernels
-
 // ===================================================================== the helper vocabulary
 // One function per operation xsimd 8.1 lacks; AVX2 / AVX-VNNI (32-byte) and AVX-512 (64-byte)
 // implementations selected by Tag::bytes and Tag::vnni. Kernel bodies call only these.
@@ -203,6 +62,56 @@ struct S8Dot {
 #endif
     } else {
       return dot_u8s8<Tag>(acc, VU8<Tag>(_mm256_abs_epi8(w)), VI8<Tag>(_mm256_sign_epi8(a, w)));
+    }
+  }
+};
+
+/// Signed x signed int8 dot for bodies that reuse one weight vector against several activation
+/// vectors and need only the total over all int32 lanes (the grouping of products into lanes is
+/// not part of the contract): prep once per weight vector, dot per pair. w any int8, |a| <= 127.
+/// VNNI: vpdpbusd on w + 128 (kBias = 128: the caller subtracts 128 * sum(a), e.g. from
+/// dot_u8s8 of bytes 128 with a); without VNNI: |w| times a with w's sign (maddubs + madd; the
+/// int16 pair sums stay below 2 * 128 * 127), the sign as a mask on 64-byte registers.
+template <class Tag>
+struct S8SumDot {
+  static constexpr int kBias = Tag::vnni ? 128 : 0;
+  struct W {
+    VU8<Tag> u;         ///< w + 128 (VNNI) or |w|
+    VI8<Tag> w;         ///< w (32-byte, no VNNI)
+    std::uint64_t neg;  ///< sign bits of w (64-byte, no VNNI)
+  };
+  static W prep(const VI8<Tag>& w) {
+    if constexpr (Tag::vnni) {
+      return {as<std::uint8_t>(w ^ VI8<Tag>(static_cast<std::int8_t>(-128))), w, 0};
+    } else if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      return {VU8<Tag>(_mm512_abs_epi8(w)), w, _mm512_movepi8_mask(w)};
+#endif
+    } else {
+      return {VU8<Tag>(_mm256_abs_epi8(w)), w, 0};
+    }
+  }
+  static VI32<Tag> dot(const VI32<Tag>& acc, const W& w, const VI8<Tag>& a) {
+    if constexpr (Tag::vnni) {
+#if defined(__GNUC__) && defined(__AVX512VNNI__)
+      if constexpr (Tag::bytes == 64) {
+        // In-place accumulate: with the intrinsic GCC copies every accumulator of a 4 x 4 tile
+        // around each vpdpbusd and spills some (W8A8 GEMM about 1.3x slower).
+        __m512i r = acc;
+        __asm__("vpdpbusd %2, %1, %0"
+                : "+v"(r)
+                : "v"(static_cast<__m512i>(w.u)), "v"(static_cast<__m512i>(a)));
+        return VI32<Tag>(r);
+      }
+#endif
+      return dot_u8s8<Tag>(acc, w.u, a);
+    } else if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      return dot_u8s8<Tag>(acc, w.u,
+                           VI8<Tag>(_mm512_mask_sub_epi8(a, w.neg, _mm512_setzero_si512(), a)));
+#endif
+    } else {
+      return dot_u8s8<Tag>(acc, w.u, VI8<Tag>(_mm256_sign_epi8(a, w.w)));
     }
   }
 };
@@ -296,6 +205,18 @@ inline VU8<Tag> load_halves(const void* lo, const void* hi) {
   }
 }
 
+/// The Tag::bytes / 2 bytes at p in both halves of the register (one broadcast load).
+template <class Tag>
+inline VU8<Tag> load_twice(const void* p) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VU8<Tag>(_mm512_broadcast_i64x4(_mm256_loadu_si256(static_cast<const __m256i*>(p))));
+#endif
+  } else {
+    return VU8<Tag>(_mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+  }
+}
+
 /// Floats: the lower half of the lanes a, the upper half b.
 template <class Tag>
 inline VF<Tag> set_halves(float a, float b) {
@@ -381,6 +302,27 @@ struct Book16 {
 
 /// acc + pmaddwd(a, b): per int32 lane, acc + a[2i] * b[2i] + a[2i+1] * b[2i+1] (vpdpwssd
 /// with VNNI; pmaddwd and an add without). Wraps on int32 overflow: callers bound the sums.
+/// 32 4-bit codes from the 16 bytes at p (code 2i in the high nibble of byte i, 2i + 1 in the low
+/// one) looked up in b: 32 / lanes vectors of floats in code order. The index lanes keep garbage
+/// above bit 3, which Book16 ignores.
+template <class Tag>
+inline void lookup_codes32(const Book16<Tag>& b, const std::uint8_t* p, VF<Tag>* out) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_srli_epi16(v, 4);
+  const __m128i i0 = _mm_unpacklo_epi8(hi, v), i1 = _mm_unpackhi_epi8(hi, v);
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    out[0] = b.lookup(VI32<Tag>(_mm512_cvtepu8_epi32(i0)));
+    out[1] = b.lookup(VI32<Tag>(_mm512_cvtepu8_epi32(i1)));
+#endif
+  } else {
+    out[0] = b.lookup(VI32<Tag>(_mm256_cvtepu8_epi32(i0)));
+    out[1] = b.lookup(VI32<Tag>(_mm256_cvtepu8_epi32(_mm_srli_si128(i0, 8))));
+    out[2] = b.lookup(VI32<Tag>(_mm256_cvtepu8_epi32(i1)));
+    out[3] = b.lookup(VI32<Tag>(_mm256_cvtepu8_epi32(_mm_srli_si128(i1, 8))));
+  }
+}
+
 template <class Tag>
 inline VI32<Tag> dot_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
   if constexpr (Tag::bytes == 64) {
@@ -1165,6 +1107,177 @@ inline VF<Tag> load_bf16(const void* p) {
   } else {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     return VF<Tag>(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+}
+
+// ======================================== helpers of the AVX-512 K-quant prefill engine
+// (kernels/detail/kquant-inl.hpp, kernels/q6_k-inl.hpp)
+
+/// The header of a Q4_K / Q5_K block at p (d, dmin: binary16; 12 bytes of packed 6-bit scales
+/// and mins, ggml's get_scale_min_k4 layout) decoded for 64-byte tags: int32 lanes 2j and 2j + 1
+/// of sc = sc[j], of m = m[j] (j < 8); d and dmin as floats (exact). Reads 20 bytes.
+template <class Tag>
+inline void kq_header_pairs(const void* p, VI32<Tag>& sc, VI32<Tag>& m, float& d, float& dmin) {
+  static_assert(Tag::bytes == 64, "64-byte tags only");
+#if defined(__AVX512F__)
+  const std::uint8_t* b = static_cast<const std::uint8_t*>(p);
+  // dwords of u: scale bytes 0-3, 4-7, 8-11 (and 4 bytes past them, unused)
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+  const __m128i x = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0x98), _mm_setr_epi32(0, 0, 0, 4));
+  const __m128i y = _mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2);
+  // bytes: sc[0..3] = u0 & 3F, sc[4..7] = (u2 & 0F) | ((u0 >> 2) & 30), m[0..3] = u1 & 3F,
+  // m[4..7] = ((u2 >> 4) & 0F) | ((u1 >> 2) & 30)
+  const __m128i sm =
+      _mm_or_si128(_mm_and_si128(x, _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F)),
+                   _mm_and_si128(y, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+  sc = VI32<Tag>(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm)));
+  m = VI32<Tag>(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(sm, sm)));
+  std::int32_t dd;
+  std::memcpy(&dd, b, 4);
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
+  d = _mm_cvtss_f32(f);
+  dmin = _mm_cvtss_f32(_mm_movehdup_ps(f));
+#endif
+}
+
+/// Stores float lanes 0 .. n-1 of v at p (0 < n <= lanes; nothing is written past p + n). Only for
+/// tags with masked stores (64-byte, or HasEvex).
+template <class Tag>
+inline void store_first(float* p, const VF<Tag>& v, int n) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
+#endif
+  } else {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+    _mm256_mask_storeu_ps(p, static_cast<__mmask8>((1u << n) - 1u), v);
+#endif
+  }
+}
+
+/// Per 16-byte lane: lo = (the low 8 bytes of a, the low 8 bytes of b), hi = (the high 8 bytes of
+/// a, the high 8 bytes of b) (punpcklqdq / punpckhqdq).
+template <class Tag>
+inline void zip64_lanes(const VU8<Tag>& a, const VU8<Tag>& b, VU8<Tag>& lo, VU8<Tag>& hi) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    lo = VU8<Tag>(_mm512_unpacklo_epi64(a, b));
+    hi = VU8<Tag>(_mm512_unpackhi_epi64(a, b));
+#endif
+  } else {
+    lo = VU8<Tag>(_mm256_unpacklo_epi64(a, b));
+    hi = VU8<Tag>(_mm256_unpackhi_epi64(a, b));
+  }
+}
+
+/// 4 x 4 transpose of int32 within every 16-byte lane: afterwards r[k] dword i of a lane = the old
+/// r[i] dword k of that lane.
+template <class Tag>
+inline void transpose4_lanes_i32(VI32<Tag>* r) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    r[0] = VI32<Tag>(_mm512_unpacklo_epi64(t0, t2));
+    r[1] = VI32<Tag>(_mm512_unpackhi_epi64(t0, t2));
+    r[2] = VI32<Tag>(_mm512_unpacklo_epi64(t1, t3));
+    r[3] = VI32<Tag>(_mm512_unpackhi_epi64(t1, t3));
+#endif
+  } else {
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    r[0] = VI32<Tag>(_mm256_unpacklo_epi64(t0, t2));
+    r[1] = VI32<Tag>(_mm256_unpackhi_epi64(t0, t2));
+    r[2] = VI32<Tag>(_mm256_unpacklo_epi64(t1, t3));
+    r[3] = VI32<Tag>(_mm256_unpackhi_epi64(t1, t3));
+  }
+}
+
+/// The 16-byte lanes of a and b split by parity: even = lanes 0, 2, .. of a then of b; odd = lanes
+/// 1, 3, .. of a then of b.
+template <class Tag>
+inline void split_lanes(const VU8<Tag>& a, const VU8<Tag>& b, VU8<Tag>& even, VU8<Tag>& odd) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    even = VU8<Tag>(_mm512_shuffle_i64x2(a, b, 0x88));
+    odd = VU8<Tag>(_mm512_shuffle_i64x2(a, b, 0xDD));
+#endif
+  } else {
+    even = VU8<Tag>(_mm256_permute2x128_si256(a, b, 0x20));
+    odd = VU8<Tag>(_mm256_permute2x128_si256(a, b, 0x31));
+  }
+}
+
+/// Left shift of 16-bit lanes: the lower half of the register by a, the upper half by b.
+template <class Tag>
+inline VU16<Tag> shl_halves(const VU16<Tag>& v, int a, int b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    const __m512i n = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(a)),
+                                         _mm256_set1_epi16(static_cast<short>(b)), 1);
+    return VU16<Tag>(_mm512_sllv_epi16(v, n));
+#endif
+  } else {
+    const __m128i l = _mm_slli_epi16(_mm256_castsi256_si128(v), a);
+    const __m128i h = _mm_slli_epi16(_mm256_extracti128_si256(v, 1), b);
+    return VU16<Tag>(_mm256_inserti128_si256(_mm256_castsi128_si256(l), h, 1));
+  }
+}
+
+/// v + c in the bytes where (x & bits) is non-zero, v elsewhere (AVX-512: vptestmb and a masked
+/// add).
+template <class Tag>
+inline VU8<Tag> add_where(const VU8<Tag>& v, const VU8<Tag>& x, const VU8<Tag>& bits,
+                          std::uint8_t c) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    return VU8<Tag>(_mm512_mask_add_epi8(v, _mm512_test_epi8_mask(x, bits), v,
+                                         _mm512_set1_epi8(static_cast<char>(c))));
+#endif
+  } else {
+    return xsimd::select((x & bits) != VU8<Tag>(0), v + VU8<Tag>(c), v);
+  }
+}
+
+// ======================================== helpers of the weight quantizers
+// (kernels/quantize*-inl.hpp, templated on the xsimd arch A rather than on a tag)
+
+/// a / b per lane, correctly rounded (IEEE division; xsimd's own on x86).
+template <class A>
+inline xsimd::batch<float, A> div_ieee(const xsimd::batch<float, A>& a,
+                                       const xsimd::batch<float, A>& b) {
+  return a / b;
+}
+/// Square root per lane, correctly rounded.
+template <class A>
+inline xsimd::batch<float, A> sqrt_ieee(const xsimd::batch<float, A>& a) {
+  return xsimd::sqrt(a);
+}
+/// Rounds each lane to the nearest integer, ties to even (the default rounding mode).
+template <class A>
+inline xsimd::batch<float, A> round_even(const xsimd::batch<float, A>& a) {
+  return xsimd::nearbyint(a);
+}
+
+/// 8 x 8 float transpose between memory blocks: dst[k * ld_dst + p] = src[p * ld_src + k] for p,
+/// k < 8 (unaligned loads; the 8 dst rows must be 32-byte aligned). Three shuffle stages of
+/// 256-bit registers.
+inline void transpose8_f32(const float* src, std::size_t ld_src, float* dst, std::size_t ld_dst) {
+  __m256 r[8], t[8], q[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * ld_src);
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    q[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    q[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+    q[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    q[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    _mm256_store_ps(dst + k * ld_dst, _mm256_permute2f128_ps(q[k], q[k + 4], 0x20));
+    _mm256_store_ps(dst + (k + 4) * ld_dst, _mm256_permute2f128_ps(q[k], q[k + 4], 0x31));
   }
 }
 

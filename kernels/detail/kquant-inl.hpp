@@ -24,12 +24,9 @@
 #include "nibble/kernels/table.hpp"
 #include "nibble/kernels/detail/q45-inl.hpp"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*().
 #if defined(__GNUC__) && !defined(__clang__)
@@ -274,18 +271,9 @@ void gemm_by_dot(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::i
 }
 
 // ---------------------------------------------------------------- AVX-512 tile engine
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-
-/// u8 x s8 dot of 4-byte groups added to int32 lanes: vpdpbusd, or maddubs + madd without VNNI
-/// (no saturation: every K-quant level is <= 63, so a pair sum is <= 2 * 63 * 128).
-template <bool Vnni>
-inline __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
-#if defined(__AVX512VNNI__)
-  if constexpr (Vnni) return _mm512_dpbusd_epi32(acc, u, s);
-#endif
-  const __m512i p = _mm512_maddubs_epi16(u, s);
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
-}
+// Written over a 64-byte ISA tag T (Avx512Tag, Avx512VnniTag) with xsimd batches and the helpers
+// of kernels/detail/intrin-x86.hpp.
+#if defined(NIBBLE_K_AVX512)
 
 /// One activation block prepared for the tile engine: the 256 int8 quants permuted into the
 /// weight layout of the format policy, 16 per-lane extras (format-specific) and the scale.
@@ -298,140 +286,93 @@ struct alignas(64) PrepBlock {
 static_assert(sizeof(PrepBlock) == 384, "PrepBlock layout");
 
 /// One weight block unpacked by Fmt::unpack (kept in L1 while all activation columns use it).
+template <class T>
 struct alignas(64) Unpacked512 {
-  __m512i v[4];
-  __m512 fs, fm;
+  VU8<T> v[4];
+  VF<T> fs, fm;
 };
 
-/// R unpacked weight rows (wu[b * R + i]) x C activation columns, all blocks.
-template <class Fmt, bool Vnni, int R, int C>
-inline void tile512u(const Unpacked512* wu, std::int64_t nb, const PrepBlock* p, float* y,
+/// R unpacked weight rows (wu[b * R + i]) x C activation columns, all blocks. The int8 products
+/// by dot_u8s8 (vpdpbusd, or maddubs + madd without VNNI: no saturation, every K-quant level is
+/// <= 63, so a pair sum is <= 2 * 63 * 128).
+template <class Fmt, class T, int R, int C>
+inline void tile512u(const Unpacked512<T>* wu, std::int64_t nb, const PrepBlock* p, float* y,
                      std::int64_t ldy) {
-  __m512 acc[R][C];
+  VF<T> acc[R][C];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[i][c] = VF<T>(0.f);
   for (std::int64_t b = 0; b < nb; ++b) {
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      const Unpacked512& u = wu[b * R + i];
-      const __m512i v0 = _mm512_load_si512(&u.v[0]), v1 = _mm512_load_si512(&u.v[1]);
-      const __m512i v2 = _mm512_load_si512(&u.v[2]), v3 = _mm512_load_si512(&u.v[3]);
-      const __m512 fs = u.fs;
+      const Unpacked512<T>& u = wu[b * R + i];
+      const VU8<T> v0 = u.v[0], v1 = u.v[1], v2 = u.v[2], v3 = u.v[3];
+      const VF<T> fs = u.fs;
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const PrepBlock& pb = p[c * nb + b];
-        __m512i s = Fmt::kHasMin ? _mm512_setzero_si512() : _mm512_load_si512(pb.extra);
-        s = dpbusd512<Vnni>(s, v0, _mm512_load_si512(pb.qs));
-        s = dpbusd512<Vnni>(s, v1, _mm512_load_si512(pb.qs + 64));
-        s = dpbusd512<Vnni>(s, v2, _mm512_load_si512(pb.qs + 128));
-        s = dpbusd512<Vnni>(s, v3, _mm512_load_si512(pb.qs + 192));
+        VI32<T> s = Fmt::kHasMin ? VI32<T>(0) : VI32<T>::load_aligned(pb.extra);
+        s = dot_u8s8<T>(s, v0, VI8<T>::load_aligned(pb.qs));
+        s = dot_u8s8<T>(s, v1, VI8<T>::load_aligned(pb.qs + 64));
+        s = dot_u8s8<T>(s, v2, VI8<T>::load_aligned(pb.qs + 128));
+        s = dot_u8s8<T>(s, v3, VI8<T>::load_aligned(pb.qs + 192));
         if constexpr (Fmt::kHasMin) {
-          acc[i][c] = _mm512_fmadd_ps(
-              u.fm, _mm512_load_ps(reinterpret_cast<const float*>(pb.extra)), acc[i][c]);
+          acc[i][c] = fmadd<T>(u.fm, VF<T>::load_aligned(reinterpret_cast<const float*>(pb.extra)),
+                               acc[i][c]);
         }
-        acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(fs, _mm512_set1_ps(pb.da)),
-                                    acc[i][c]);
+        acc[i][c] = fmadd<T>(xsimd::to_float(s), fs * VF<T>(pb.da), acc[i][c]);
       }
     }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) y[c * ldy + i] = _mm512_reduce_add_ps(acc[i][c]);
+    for (int c = 0; c < C; ++c) y[c * ldy + i] = xsimd::hadd(acc[i][c]);
 }
 
 /// All column tiles of `cn` prepared columns against R unpacked rows.
-template <class Fmt, bool Vnni, int R>
-inline void cols512u(const Unpacked512* wu, std::int64_t nb, const PrepBlock* p, std::int64_t cn,
+template <class Fmt, class T, int R>
+inline void cols512u(const Unpacked512<T>* wu, std::int64_t nb, const PrepBlock* p, std::int64_t cn,
                      float* y, std::int64_t ldy) {
   constexpr int kC = 5;  // 4 x 5 accumulators + 6 unpacked weight vectors in registers
   std::int64_t c = 0;
-  for (; c + kC <= cn; c += kC) tile512u<Fmt, Vnni, R, kC>(wu, nb, p + c * nb, y + c * ldy, ldy);
+  for (; c + kC <= cn; c += kC) tile512u<Fmt, T, R, kC>(wu, nb, p + c * nb, y + c * ldy, ldy);
   const PrepBlock* pc = p + c * nb;
   float* yc = y + c * ldy;
   switch (cn - c) {
-    case 7:
-      tile512u<Fmt, Vnni, R, 7>(wu, nb, pc, yc, ldy);
-      break;
-    case 6:
-      tile512u<Fmt, Vnni, R, 6>(wu, nb, pc, yc, ldy);
-      break;
-    case 5:
-      tile512u<Fmt, Vnni, R, 5>(wu, nb, pc, yc, ldy);
-      break;
     case 4:
-      tile512u<Fmt, Vnni, R, 4>(wu, nb, pc, yc, ldy);
+      tile512u<Fmt, T, R, 4>(wu, nb, pc, yc, ldy);
       break;
     case 3:
-      tile512u<Fmt, Vnni, R, 3>(wu, nb, pc, yc, ldy);
+      tile512u<Fmt, T, R, 3>(wu, nb, pc, yc, ldy);
       break;
     case 2:
-      tile512u<Fmt, Vnni, R, 2>(wu, nb, pc, yc, ldy);
+      tile512u<Fmt, T, R, 2>(wu, nb, pc, yc, ldy);
       break;
     case 1:
-      tile512u<Fmt, Vnni, R, 1>(wu, nb, pc, yc, ldy);
+      tile512u<Fmt, T, R, 1>(wu, nb, pc, yc, ldy);
       break;
     default:
       break;
   }
 }
 
-template <class Fmt, int R>
+template <class Fmt, class T, int R>
 inline void unpack_rows512(const std::uint8_t* w, std::size_t wrb, std::int64_t nb,
-                           Unpacked512* wu) {
+                           Unpacked512<T>* wu) {
   for (std::int64_t b = 0; b < nb; ++b)
-    for (int i = 0; i < R; ++i) {
-      Unpacked512& u = wu[b * R + i];
-      __m512i v0, v1, v2, v3;
-      __m512 fs, fm;
-      Fmt::unpack(w + i * wrb + b * Fmt::kBlockBytes, v0, v1, v2, v3, fs, fm);
-      _mm512_store_si512(&u.v[0], v0);
-      _mm512_store_si512(&u.v[1], v1);
-      _mm512_store_si512(&u.v[2], v2);
-      _mm512_store_si512(&u.v[3], v3);
-      u.fs = fs;
-      u.fm = fm;
-    }
+    for (int i = 0; i < R; ++i) Fmt::unpack(w + i * wrb + b * Fmt::kBlockBytes, wu[b * R + i]);
 }
 
-#if defined(__AVX512VNNI__)
-/// In-register 16 x 16 transpose of dwords: r[j] lane i <- old r[i] lane j.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4q + k] lane (128-bit chunk) c, dword e = row 4q + e, dword 4c + k
-  for (int q = 0; q < 4; q += 2)
-    for (int k = 0; k < 4; ++k) {
-      t[4 * q + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0x88);
-      t[4 * q + 4 + k] = _mm512_shuffle_i32x4(r[4 * q + k], r[4 * q + 4 + k], 0xDD);
-    }
-  // t[4q + k] (q = 0, 2) chunks: (rows 4q, chunk 0), (4q, 2), (4q+4, 0), (4q+4, 2) for dword k
-  for (int k = 0; k < 4; ++k) {
-    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xDD);
-    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xDD);
-  }
-}
-
+#if defined(NIBBLE_K_AVX512VNNI)
 /// Q4_K / Q5_K GEMM (n > 1) with weight rows in int32 lanes: a tile of 16 rows is repacked once
 /// per call so that zmm (block b, sub-block sb, step t) holds, in lane i, the 4 unsigned levels
 /// 32 * sb + 4t .. 4t + 3 of row i; each vpdpbusd multiplies it with 4 activation bytes of one
 /// column broadcast from the Q8_K row as is (16 rows x 4 values x 1 column). Per sub-block the
 /// int32 lanes are converted once and scaled by d * sc (float, per row lane); the mins enter as
-/// -dmin * m * (bsum pair) per sub-block; a.d is applied once per block.
-template <bool HighBit>
+/// -dmin * m * (bsum pair) per sub-block; a.d is applied once per block. T: a VNNI tag.
+template <bool HighBit, class T>
 struct Q45Rows16 {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
   static constexpr int kZ = 80;    ///< zmm per block in the tile: 64 level vectors, 8 fs, 8 -fm
@@ -440,116 +381,101 @@ struct Q45Rows16 {
 
   /// Repacks block b of rows w + i * wrb (i < nr; rows past nr repeat the last one) into tile.
   static inline void repack_block(const std::uint8_t* w, std::size_t wrb, int nr, std::int64_t b,
-                                  __m512i* dst) {
+                                  VU8<T>* dst) {
     const Block* x[16];
     for (int i = 0; i < 16; ++i)
       x[i] =
           reinterpret_cast<const Block*>(w + static_cast<std::size_t>(i < nr ? i : nr - 1) * wrb) +
           b;
-    __m512i lo[16], hi[16], qh[16];
+    VI32<T> lo[16], hi[16], qh[16];
     for (int i = 0; i < 16; ++i) {
-      lo[i] = _mm512_loadu_si512(x[i]->qs);
-      hi[i] = _mm512_loadu_si512(x[i]->qs + 64);
+      lo[i] = loadu<std::int32_t, T>(x[i]->qs);
+      hi[i] = loadu<std::int32_t, T>(x[i]->qs + 64);
     }
-    transpose16(lo);
-    transpose16(hi);
+    transpose_i32<T>(lo);
+    transpose_i32<T>(hi);
     if constexpr (HighBit) {
-      for (int i = 0; i < 16; ++i)
-        qh[i] =
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i]->qh)));
-      transpose16(qh);
+      // Only dwords 0-7 (the 32 qh bytes) of each row are used; the 64 bytes read stay inside
+      // the block (qh is followed by the 128 bytes of qs).
+      for (int i = 0; i < 16; ++i) qh[i] = loadu<std::int32_t, T>(x[i]->qh);
+      transpose_i32<T>(qh);
     }
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const VU8<T> m4(static_cast<std::uint8_t>(0x0F));
     for (int D = 0; D < 32; ++D) {
-      const __m512i T = D < 16 ? lo[D] : hi[D - 16];
+      const VU8<T> Tv = as<std::uint8_t>(D < 16 ? lo[D] : hi[D - 16]);
       const int g = D / 8, t = D % 8;
-      __m512i L = _mm512_and_si512(T, m4);
-      __m512i H = _mm512_and_si512(_mm512_srli_epi16(T, 4), m4);
+      VU8<T> L = Tv & m4;
+      VU8<T> H = as<std::uint8_t>(as<std::uint16_t>(Tv) >> 4) & m4;
       if constexpr (HighBit) {
-        const __m512i sixteen = _mm512_set1_epi8(16);
-        L = _mm512_mask_add_epi8(
-            L, _mm512_test_epi8_mask(qh[t], _mm512_set1_epi8(static_cast<char>(1 << (2 * g)))), L,
-            sixteen);
-        H = _mm512_mask_add_epi8(
-            H, _mm512_test_epi8_mask(qh[t], _mm512_set1_epi8(static_cast<char>(2 << (2 * g)))), H,
-            sixteen);
+        const VU8<T> q = as<std::uint8_t>(qh[t]);
+        L = add_where<T>(L, q, VU8<T>(static_cast<std::uint8_t>(1 << (2 * g))), 16);
+        H = add_where<T>(H, q, VU8<T>(static_cast<std::uint8_t>(2 << (2 * g))), 16);
       }
-      _mm512_store_si512(dst + 16 * g + t, L);
-      _mm512_store_si512(dst + 16 * g + 8 + t, H);
+      L.store_aligned(reinterpret_cast<std::uint8_t*>(dst + 16 * g + t));
+      H.store_aligned(reinterpret_cast<std::uint8_t*>(dst + 16 * g + 8 + t));
     }
     // d, dmin and the 12 scale bytes (the first 16 bytes of a block) of the 16 rows,
     // transposed: h[0] lane i = d | dmin << 16 of row i, h[1..3] = scale dwords u[0..2].
-    __m512i h[16];
-    for (int i = 0; i < 16; ++i)
-      h[i] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i])));
-    transpose16(h);
-    const __m512i k3f = _mm512_set1_epi32(0x3F3F3F3F), k0f = _mm512_set1_epi32(0x0F0F0F0F);
-    const __m512i k03 = _mm512_set1_epi32(0x03030303);
+    VI32<T> h[16];
+    // (64 bytes read per row, inside the block; dwords 0-3 are used)
+    for (int i = 0; i < 16; ++i) h[i] = loadu<std::int32_t, T>(x[i]);
+    transpose_i32<T>(h);
+    const VU32<T> h0 = as<std::uint32_t>(h[0]), h1 = as<std::uint32_t>(h[1]);
+    const VU32<T> h2 = as<std::uint32_t>(h[2]), h3 = as<std::uint32_t>(h[3]);
+    const VU32<T> k3f(0x3F3F3F3Fu), k0f(0x0F0F0F0Fu), k03(0x03030303u);
     // bytes of sv[0] / sv[1]: sc[0..3] / sc[4..7]; of mv[0] / mv[1]: m[0..3] / m[4..7]
     // (the same bit formulas as unpack_scales_mins, 16 rows at a time)
-    const __m512i sv[2] = {
-        _mm512_and_si512(h[1], k3f),
-        _mm512_or_si512(_mm512_and_si512(h[3], k0f),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[1], 6), k03), 4))};
-    const __m512i mv[2] = {
-        _mm512_and_si512(h[2], k3f),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), k0f),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[2], 6), k03), 4))};
-    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
-    const __m512 ndmin = _mm512_sub_ps(
-        _mm512_setzero_ps(), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16))));
-    const __m512i kff = _mm512_set1_epi32(0xFF);
+    const VU32<T> sv[2] = {h1 & k3f, (h3 & k0f) | (((h1 >> 6) & k03) << 4)};
+    const VU32<T> mv[2] = {h2 & k3f, ((h3 >> 4) & k0f) | (((h2 >> 6) & k03) << 4)};
+    const VF<T> d = h2f_lo16<T>(h0);
+    const VF<T> ndmin = VF<T>(0.f) - h2f_lo16<T>(h0 >> 16);
+    const VU32<T> kff(0xFFu);
     for (int sb = 0; sb < 8; ++sb) {
       const int sh = 8 * (sb % 4);
-      const __m512 scf =
-          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(sv[sb / 4], sh), kff));
-      const __m512 mf =
-          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mv[sb / 4], sh), kff));
-      _mm512_store_ps(reinterpret_cast<float*>(dst + 64 + sb), _mm512_mul_ps(d, scf));
-      _mm512_store_ps(reinterpret_cast<float*>(dst + 72 + sb), _mm512_mul_ps(ndmin, mf));
+      const VF<T> scf = xsimd::to_float(as<std::int32_t>((sv[sb / 4] >> sh) & kff));
+      const VF<T> mf = xsimd::to_float(as<std::int32_t>((mv[sb / 4] >> sh) & kff));
+      (d * scf).store_aligned(reinterpret_cast<float*>(dst + 64 + sb));
+      (ndmin * mf).store_aligned(reinterpret_cast<float*>(dst + 72 + sb));
     }
   }
 
-  /// C columns (Q8_K rows a[c], bsum-pair floats bs[c][b * 8 + sb]) against the repacked tile.
+  /// C columns (Q8_K rows a[c], bsum-pair floats bs[c][b * 8 + sb]) against the repacked tile;
+  /// writes rows 0 .. nr-1 of each column.
   template <int C>
-  static inline void cols(const __m512i* tile, std::int64_t nb, const BlockQ8_K* const* a,
-                          const float* const* bs, float* y, std::int64_t ldy, __mmask16 mask) {
-    __m512 acc[C];
+  static inline void cols(const VU8<T>* tile, std::int64_t nb, const BlockQ8_K* const* a,
+                          const float* const* bs, float* y, std::int64_t ldy, int nr) {
+    VF<T> acc[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[c] = VF<T>(0.f);
     for (std::int64_t b = 0; b < nb; ++b) {
-      const __m512i* t = tile + b * kZ;
-      __m512 blk[C];
+      const VU8<T>* t = tile + b * kZ;
+      VF<T> blk[C];
 #pragma GCC unroll 8
       for (int sb = 0; sb < 8; ++sb) {
-        __m512i s[C];
+        VI32<T> s[C];
 #pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) s[c] = _mm512_setzero_si512();
+        for (int c = 0; c < C; ++c) s[c] = VI32<T>(0);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
-          const __m512i wv = _mm512_load_si512(t + 8 * sb + k);
+          const VU8<T> wv = t[8 * sb + k];
 #pragma GCC unroll 8
-          for (int c = 0; c < C; ++c) {
-            std::int32_t av;
-            std::memcpy(&av, a[c][b].qs + 32 * sb + 4 * k, 4);
-            s[c] = _mm512_dpbusd_epi32(s[c], wv, _mm512_set1_epi32(av));
-          }
+          for (int c = 0; c < C; ++c)
+            s[c] = dot_u8s8<T>(s[c], wv, bcast4<T>(a[c][b].qs + 32 * sb + 4 * k));
         }
-        const __m512 fs = _mm512_load_ps(reinterpret_cast<const float*>(t + 64 + sb));
-        const __m512 fm = _mm512_load_ps(reinterpret_cast<const float*>(t + 72 + sb));
+        const VF<T> fs = VF<T>::load_aligned(reinterpret_cast<const float*>(t + 64 + sb));
+        const VF<T> fm = VF<T>::load_aligned(reinterpret_cast<const float*>(t + 72 + sb));
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m512 f = _mm512_cvtepi32_ps(s[c]);
-          blk[c] = sb == 0 ? _mm512_mul_ps(f, fs) : _mm512_fmadd_ps(f, fs, blk[c]);
-          blk[c] = _mm512_fmadd_ps(fm, _mm512_set1_ps(bs[c][b * 8 + sb]), blk[c]);
+          const VF<T> f = xsimd::to_float(s[c]);
+          blk[c] = sb == 0 ? f * fs : fmadd<T>(f, fs, blk[c]);
+          blk[c] = fmadd<T>(fm, VF<T>(bs[c][b * 8 + sb]), blk[c]);
         }
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c)
-        acc[c] = _mm512_fmadd_ps(blk[c], _mm512_set1_ps(a[c][b].d), acc[c]);
+      for (int c = 0; c < C; ++c) acc[c] = fmadd<T>(blk[c], VF<T>(a[c][b].d), acc[c]);
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, mask, acc[c]);
+    for (int c = 0; c < C; ++c) store_first<T>(y + c * ldy, acc[c], nr);
   }
 
   /// Per-column extras of block a: the 8 bsum pairs (float).
@@ -560,9 +486,9 @@ struct Q45Rows16 {
   }
 };
 
-/// gemm (FormatKernels::gemm) of a 16-row-lane policy P (Q45Rows16, Q6Rows16): each 16-row
-/// tile is repacked once (P::repack_block) and run against the columns kC at a time.
-template <class P>
+/// gemm (FormatKernels::gemm) of a 16-row-lane policy P (Q45Rows16, Q6Rows16) on tag T: each
+/// 16-row tile is repacked once (P::repack_block) and run against the columns kC at a time.
+template <class P, class T>
 void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
                  std::int64_t cols_, const void* A, std::size_t a_row_bytes, std::int64_t n,
                  float* Y, std::int64_t ldy) {
@@ -570,7 +496,7 @@ void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::i
   const std::int64_t nb = cols_ / 256;
   Scratch tbuf(static_cast<std::size_t>(nb * kZ) * 64);
   Scratch bbuf(static_cast<std::size_t>(n * nb * kE) * sizeof(float));
-  __m512i* tile = static_cast<__m512i*>(tbuf.p);
+  VU8<T>* tile = static_cast<VU8<T>*>(tbuf.p);
   float* bsf = static_cast<float*>(bbuf.p);
   const std::uint8_t* a8 = static_cast<const std::uint8_t*>(A);
   for (std::int64_t j = 0; j < n; ++j) {
@@ -580,7 +506,6 @@ void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::i
   const std::uint8_t* w = static_cast<const std::uint8_t*>(W);
   for (std::int64_t r = r0; r < r1; r += 16) {
     const int nr = static_cast<int>(r1 - r < 16 ? r1 - r : 16);
-    const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
     for (std::int64_t b = 0; b < nb; ++b)
       P::repack_block(w + r * w_row_bytes, w_row_bytes, nr, b, tile + b * kZ);
     for (std::int64_t j = 0; j < n; j += kC) {
@@ -594,28 +519,28 @@ void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::i
       float* yj = Y + j * ldy + r;
       switch (n - j) {
         case 1:
-          P::template cols<1>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<1>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 2:
-          P::template cols<2>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<2>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 3:
-          P::template cols<3>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<3>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 4:
-          P::template cols<4>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<4>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 5:
-          P::template cols<5>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<5>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 6:
-          P::template cols<6>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<6>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         case 7:
-          P::template cols<7>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<7>(tile, nb, ap, bp, yj, ldy, nr);
           break;
         default:
-          P::template cols<8>(tile, nb, ap, bp, yj, ldy, mask);
+          P::template cols<8>(tile, nb, ap, bp, yj, ldy, nr);
           break;
       }
     }
@@ -624,20 +549,20 @@ void gemm_rows16(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::i
 #endif  // VNNI
 
 /// The gemm entry of the tile engine (see FormatKernels::gemm).
-template <class Fmt, bool Vnni>
+template <class Fmt, class T>
 void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64_t r1,
              std::int64_t cols, const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
              std::int64_t ldy) {
   constexpr int kR = 4;
   const std::int64_t nb = cols / 256;
   if (nb <= 0 || r1 <= r0 || n <= 0) return;
-#if defined(__AVX512VNNI__)
+#if defined(NIBBLE_K_AVX512VNNI)
   // The 16-row engine pays a repack per row tile: used from P::kMinN columns on (measured
   // break-even; below it the unpacked-tile engine is as fast or faster).
-  if constexpr (Vnni && Fmt::kHasRows16) {
+  if constexpr (T::vnni && Fmt::kHasRows16) {
     using P = typename Fmt::Rows16;
     if (n >= P::kMinN) {
-      gemm_rows16<P>(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
+      gemm_rows16<P, T>(W, w_row_bytes, r0, r1, cols, A, a_row_bytes, n, Y, ldy);
       return;
     }
   }
@@ -651,8 +576,8 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
   const std::uint8_t* w = static_cast<const std::uint8_t*>(W) + r0 * w_row_bytes;
   const std::uint8_t* a = static_cast<const std::uint8_t*>(A);
   const std::int64_t rows = r1 - r0;
-  Scratch wbuf(static_cast<std::size_t>(kR * nb) * sizeof(Unpacked512));
-  Unpacked512* wu = static_cast<Unpacked512*>(wbuf.p);
+  Scratch wbuf(static_cast<std::size_t>(kR * nb) * sizeof(Unpacked512<T>));
+  Unpacked512<T>* wu = static_cast<Unpacked512<T>*>(wbuf.p);
   for (std::int64_t j0 = 0; j0 < n; j0 += jc) {
     const std::int64_t cn = (n - j0 < jc) ? n - j0 : jc;
     for (std::int64_t c = 0; c < cn; ++c) {
@@ -662,21 +587,21 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
     float* yj = Y + j0 * ldy + r0;
     std::int64_t r = 0;
     for (; r + kR <= rows; r += kR) {
-      unpack_rows512<Fmt, kR>(w + r * w_row_bytes, w_row_bytes, nb, wu);
-      cols512u<Fmt, Vnni, kR>(wu, nb, p, cn, yj + r, ldy);
+      unpack_rows512<Fmt, T, kR>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+      cols512u<Fmt, T, kR>(wu, nb, p, cn, yj + r, ldy);
     }
     switch (rows - r) {
       case 3:
-        unpack_rows512<Fmt, 3>(w + r * w_row_bytes, w_row_bytes, nb, wu);
-        cols512u<Fmt, Vnni, 3>(wu, nb, p, cn, yj + r, ldy);
+        unpack_rows512<Fmt, T, 3>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, T, 3>(wu, nb, p, cn, yj + r, ldy);
         break;
       case 2:
-        unpack_rows512<Fmt, 2>(w + r * w_row_bytes, w_row_bytes, nb, wu);
-        cols512u<Fmt, Vnni, 2>(wu, nb, p, cn, yj + r, ldy);
+        unpack_rows512<Fmt, T, 2>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, T, 2>(wu, nb, p, cn, yj + r, ldy);
         break;
       case 1:
-        unpack_rows512<Fmt, 1>(w + r * w_row_bytes, w_row_bytes, nb, wu);
-        cols512u<Fmt, Vnni, 1>(wu, nb, p, cn, yj + r, ldy);
+        unpack_rows512<Fmt, T, 1>(w + r * w_row_bytes, w_row_bytes, nb, wu);
+        cols512u<Fmt, T, 1>(wu, nb, p, cn, yj + r, ldy);
         break;
       default:
         break;
@@ -688,81 +613,65 @@ void gemm512(const void* W, std::size_t w_row_bytes, std::int64_t r0, std::int64
 /// level vectors: byte k of vector t is value (32 * sb + 8 * t + k % 8) with sb = k / 8, so
 /// int32 lanes 2sb and 2sb+1 hold sub-block sb; fs/fm lanes: float(d)*sc[sb], float(dmin)*m[sb];
 /// extra lanes (float): -(a.d * 0.5 * (bsums[2sb] + bsums[2sb+1])), half the min term per lane.
-template <bool HighBit, bool Vnni>
+template <bool HighBit, class T>
 struct Q45Fmt512 {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
   static constexpr bool kHasMin = true;
-#if defined(__AVX512VNNI__)
-  static constexpr bool kHasRows16 = true;
-  using Rows16 = Q45Rows16<HighBit>;
+#if defined(NIBBLE_K_AVX512VNNI)
+  static constexpr bool kHasRows16 = T::vnni;
+  using Rows16 = Q45Rows16<HighBit, T>;
 #else
   static constexpr bool kHasRows16 = false;
 #endif
   /// Q4_K with vpdpbusd: the high nibbles are used as 16 * q (no shift; u8 products do not
   /// saturate in vpdpbusd) and the factor 1/16 goes into fs of the odd sub-blocks.
-  static constexpr bool kHiTrick = !HighBit && Vnni;
+  static constexpr bool kHiTrick = !HighBit && T::vnni;
   static constexpr std::size_t kBlockBytes = sizeof(Block);
 
-  static inline void unpack(const std::uint8_t* blk, __m512i& v0, __m512i& v1, __m512i& v2,
-                            __m512i& v3, __m512& fs, __m512& fm) {
+  static NIBBLE_K_INLINE void unpack(const std::uint8_t* blk, Unpacked512<T>& out) {
     const Block* x = reinterpret_cast<const Block*>(blk);
-    const __m512i z0 = _mm512_loadu_si512(x->qs);
-    const __m512i z1 = _mm512_loadu_si512(x->qs + 64);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i za = _mm512_shuffle_i64x2(z0, z1, 0x88);  // qs[32q + 0..15] in lane q
-    const __m512i zb = _mm512_shuffle_i64x2(z0, z1, 0xDD);  // qs[32q + 16..31] in lane q
-    const __m512i la = _mm512_and_si512(za, m4);
-    const __m512i lb = _mm512_and_si512(zb, m4);
-    __m512i ha, hb;
+    const VU8<T> m4(static_cast<std::uint8_t>(0x0F));
+    VU8<T> za, zb;  // za lane q: qs[32q + 0..15], zb lane q: qs[32q + 16..31]
+    split_lanes<T>(loadu<std::uint8_t, T>(x->qs), loadu<std::uint8_t, T>(x->qs + 64), za, zb);
+    const VU8<T> la = za & m4, lb = zb & m4;
+    VU8<T> ha, hb;
     if constexpr (kHiTrick) {
-      const __m512i mh = _mm512_set1_epi8(static_cast<char>(0xF0));
-      ha = _mm512_and_si512(za, mh);
-      hb = _mm512_and_si512(zb, mh);
+      const VU8<T> mh(static_cast<std::uint8_t>(0xF0));
+      ha = za & mh;
+      hb = zb & mh;
     } else {
-      ha = _mm512_and_si512(_mm512_srli_epi16(za, 4), m4);
-      hb = _mm512_and_si512(_mm512_srli_epi16(zb, 4), m4);
+      ha = as<std::uint8_t>(as<std::uint16_t>(za) >> 4) & m4;
+      hb = as<std::uint8_t>(as<std::uint16_t>(zb) >> 4) & m4;
     }
-    v0 = _mm512_unpacklo_epi64(la, ha);
-    v1 = _mm512_unpackhi_epi64(la, ha);
-    v2 = _mm512_unpacklo_epi64(lb, hb);
-    v3 = _mm512_unpackhi_epi64(lb, hb);
+    VU8<T> v[4];
+    zip64_lanes<T>(la, ha, v[0], v[1]);
+    zip64_lanes<T>(lb, hb, v[2], v[3]);
     if constexpr (HighBit) {
-      const __m512i bitsel =
-          _mm512_set_epi64(static_cast<long long>(0x8080808080808080ull), 0x4040404040404040ll,
-                           0x2020202020202020ll, 0x1010101010101010ll, 0x0808080808080808ll,
-                           0x0404040404040404ll, 0x0202020202020202ll, 0x0101010101010101ll);
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      long long h8[4];
-      std::memcpy(h8, x->qh, 32);
-      v0 = _mm512_mask_add_epi8(v0, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[0]), bitsel), v0,
-                                sixteen);
-      v1 = _mm512_mask_add_epi8(v1, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[1]), bitsel), v1,
-                                sixteen);
-      v2 = _mm512_mask_add_epi8(v2, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[2]), bitsel), v2,
-                                sixteen);
-      v3 = _mm512_mask_add_epi8(v3, _mm512_test_epi8_mask(_mm512_set1_epi64(h8[3]), bitsel), v3,
-                                sixteen);
+      // Byte j of each 64-bit lane tests bit j of the qh bytes of that step.
+      alignas(64) static constexpr std::uint64_t kBits[8] = {
+          0x0101010101010101ull, 0x0202020202020202ull, 0x0404040404040404ull,
+          0x0808080808080808ull, 0x1010101010101010ull, 0x2020202020202020ull,
+          0x4040404040404040ull, 0x8080808080808080ull};
+      const VU8<T> bitsel = as<std::uint8_t>(VU64<T>::load_aligned(kBits));
+      for (int t = 0; t < 4; ++t) {
+        std::uint64_t h8;
+        std::memcpy(&h8, x->qh + 8 * t, 8);
+        v[t] = add_where<T>(v[t], as<std::uint8_t>(VU64<T>(h8)), bitsel, 16);
+      }
     }
-    // 6-bit scales and mins in vector form: dwords of u = scales bytes 0-3, 4-7, 8-11; the
-    // result bytes are sc[0..7], m[0..7] (see unpack_scales_mins).
-    const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x->scales));
-    const __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0x98), _mm_setr_epi32(0, 0, 0, 4));
-    const __m128i b = _mm_srli_epi32(_mm_shuffle_epi32(u, 0x50), 2);
-    const __m128i sm = _mm_or_si128(
-        _mm_and_si128(a, _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F)),
-        _mm_and_si128(b, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
-    const __m512i sci = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sm, sm));
-    const __m512i mi = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(sm, sm));
-    std::int32_t dpair;
-    std::memcpy(&dpair, &x->d, 4);  // d, dmin
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(dpair));
-    __m512 d = _mm512_broadcastss_ps(dd);
+    for (int t = 0; t < 4; ++t) out.v[t] = v[t];
+    // 6-bit scales and mins, each spread to the two int32 lanes of its sub-block.
+    VI32<T> sci, mi;
+    float dv, dmv;
+    kq_header_pairs<T>(x, sci, mi, dv, dmv);
+    VF<T> d(dv);
     if constexpr (kHiTrick) {
-      d = _mm512_mul_ps(d, _mm512_setr_ps(1, 1, 0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f, 1, 1,
-                                          0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f));
+      alignas(64) static constexpr float kHi[16] = {1, 1, 0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f,
+                                                    1, 1, 0.0625f, 0.0625f, 1, 1, 0.0625f, 0.0625f};
+      d = d * VF<T>::load_aligned(kHi);
     }
-    fs = _mm512_mul_ps(_mm512_cvtepi32_ps(sci), d);
-    fm = _mm512_mul_ps(_mm512_cvtepi32_ps(mi), _mm512_broadcastss_ps(_mm_movehdup_ps(dd)));
+    out.fs = xsimd::to_float(sci) * d;
+    out.fm = xsimd::to_float(mi) * VF<T>(dmv);
   }
 
   static inline void prep(const BlockQ8_K& a, PrepBlock& p) {
@@ -786,7 +695,7 @@ void register_q45(FormatKernels& k) {
   using Block = typename std::conditional<HighBit, BlockQ5_K, BlockQ4_K>::type;
   k.dequant = HighBit ? &dequant_q5_K : &dequant_q4_K;
   k.gemm = &gemm_by_dot<Block, &dot_q45_scalar<Block, HighBit>>;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(NIBBLE_K_X86)
   if constexpr (Tag::bytes == 32) {
     using K = Q45Simd<Tag, HighBit>;
     k.gemm = &K::template gemm<&RowsGemm<Tag, Q45Rows<HighBit>>::gemm>;
@@ -794,12 +703,12 @@ void register_q45(FormatKernels& k) {
     k.act_relayout = &K::relayout;
   }
 #endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#if defined(NIBBLE_K_AVX512)
   if constexpr (Tag::bytes == 64) {
     // AVX-512 prefill stays on the 16-row VNNI engine and the unpacked-tile engine above: side
     // by side with the rows engine they are 1.05-1.4x faster there (n = 8 and 64).
     using K = Q45Simd<Tag, HighBit>;
-    k.gemm = &K::template gemm<&gemm512<Q45Fmt512<HighBit, Tag::vnni>, Tag::vnni>>;
+    k.gemm = &K::template gemm<&gemm512<Q45Fmt512<HighBit, Tag>, Tag>>;
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
   }
