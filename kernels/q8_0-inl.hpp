@@ -88,6 +88,11 @@ struct Q8_0Simd {
   static constexpr int kRowsMinN = 4;  ///< n from which the repacked engine (rows-inl.hpp) runs
   using D = S8Dot<Tag>;
   static constexpr int kW = Tag::bytes;
+  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
+  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
+  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
+  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
+  static constexpr bool kLinearL2 = Tag::bytes == 32;
   static constexpr int kS = kW >= 32 ? kW / 32 : 1;  ///< blocks per register
   static constexpr int kV = kW >= 32 ? 1 : 32 / kW;  ///< registers per block
 
@@ -143,6 +148,11 @@ struct Q8_0Simd {
       const bool pair = kS == 2 && b + 1 < nb;
       VI8<Tag> w[R][kV];
       float dw[R][kS];
+      if constexpr (C == 1) {
+        if (kLinearL2 && far) {
+          prefetch_linear(W + far, R, static_cast<std::size_t>(b) * kQ8_0Blk, kS * kQ8_0Blk);
+        }
+      }
       for (int r = 0; r < R; ++r) {
         const std::uint8_t* p = W + r * wrb + static_cast<std::size_t>(b) * kQ8_0Blk;
         if constexpr (C == 1) {
@@ -150,7 +160,7 @@ struct Q8_0Simd {
           // skip one line in 17 of each stream, and each skipped line is a demand miss.
           for (int o = 0; o < kS * static_cast<int>(kQ8_0Blk); o += 64) {
             prefetch_l1(p + kPrefetch + o);
-            if (far) prefetch_l2(p + far + o);
+            if (!kLinearL2 && far) prefetch_l2(p + far + o);
           }
         }
         if constexpr (kS == 2) {

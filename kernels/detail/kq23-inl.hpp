@@ -161,6 +161,11 @@ struct Q2Simd {
   using L = Kq23Layout<Tag>;
   using SD = PairScaledDot<Tag>;
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
+  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
+  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
+  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
+  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
+  static constexpr bool kLinearL2 = Tag::bytes == 32;
   static constexpr int kR = 4;         ///< rows per GEMV group
   static constexpr int kRowsMinN = 4;  ///< n from which RowsGemm runs (see kq_gemm)
 
@@ -216,6 +221,7 @@ struct Q2Simd {
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
       const std::size_t off = static_cast<std::size_t>(b) * sizeof(BlockQ2_K);
+      if (kLinearL2 && far) prefetch_linear(W + far, R, off, sizeof(BlockQ2_K));
       VU8<Tag> sm[kSR], sm4[kSR];
       float d[kSR * kH], dm[kSR * kH];
       for (int g = 0; g < kSR; ++g) {
@@ -246,7 +252,7 @@ struct Q2Simd {
         const std::uint8_t* x = W + r * wrb + off;
         prefetch_l1(x + kPrefetch);
         prefetch_l1(x + kPrefetch + 64);
-        if (far) {
+        if (!kLinearL2 && far) {
           prefetch_l2(x + far);
           prefetch_l2(x + far + 64);
         }
@@ -369,6 +375,11 @@ struct Q3Simd {
     kq23_dequant<Tag, true>(src, n, y);
   }
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
+  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
+  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
+  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
+  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
+  static constexpr bool kLinearL2 = Tag::bytes == 32;
   static constexpr int kR = 4;
   static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
   /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
@@ -481,6 +492,10 @@ struct Q3Simd {
     constexpr int kSR = (R + kH - 1) / kH;  // scale registers
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
+      if (kLinearL2 && far) {
+        prefetch_linear(W + far, R, static_cast<std::size_t>(b) * sizeof(BlockQ3_K),
+                        sizeof(BlockQ3_K));
+      }
       VI8<Tag> s6[kSR];
       for (int g = 0; g < kSR; ++g) {
         const void* lp[kH];  // bytes 94..109 of each row's block (the scales at lane bytes 2..13)
@@ -494,7 +509,7 @@ struct Q3Simd {
         const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ3_K);
         prefetch_l1(x + kPrefetch);
         prefetch_l1(x + kPrefetch + 64);
-        if (far) {
+        if (!kLinearL2 && far) {
           prefetch_l2(x + far);
           prefetch_l2(x + far + 64);
         }
