@@ -96,7 +96,11 @@ struct Q8_0Simd {
   static constexpr int kS = kW >= 32 ? kW / 32 : 1;  ///< blocks per register
   static constexpr int kV = kW >= 32 ? 1 : 32 / kW;  ///< registers per block
 
-  static std::int64_t padded(std::int64_t cols) { return (cols / 32 + kS - 1) / kS * kS; }
+  /// Activation rows are padded to an even number of blocks on every x86 tag (the AVX-512 GEMM
+  /// reads two blocks per register), so that the 32-byte GEMV of the AVX-512 tables reads the
+  /// same layout.
+  static constexpr int kPad = TagInfo<Tag>::family == Family::x86 ? 2 : kS;
+  static std::int64_t padded(std::int64_t cols) { return (cols / 32 + kPad - 1) / kPad * kPad; }
   static std::size_t act_bytes(std::int64_t cols) {
     return static_cast<std::size_t>(padded(cols)) * (32 + 32 + 4);
   }
@@ -329,6 +333,19 @@ struct Q8_0Rows {
 };
 #endif
 
+#if defined(NIBBLE_K_AVX512)
+/// AVX-512 tables: the GEMV (n == 1) runs the 32-byte body on the tag's ymm view
+/// (Avx512YmmTag: EVEX vpdpbusd on ymm registers), the GEMM the 64-byte one; both read the same
+/// activation layout (kPad).
+template <class Tag>
+void q8_0_gemm_ymm_gemv(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
+                        std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
+                        std::int64_t ldy) {
+  if (n == 1) return Q8_0Simd<Avx512YmmTag<Tag>>::gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+  Q8_0Simd<Tag>::gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+}
+#endif
+
 template <class Tag>
 void register_q8_0(KernelTable& t) {
   FormatKernels& k = entry(t, Format::q8_0);
@@ -342,6 +359,9 @@ void register_q8_0(KernelTable& t) {
     using K = Q8_0Simd<Tag>;
     k.dequant = &K::dequant;
     k.gemm = &K::gemm;
+#if defined(NIBBLE_K_AVX512)
+    if constexpr (Tag::bytes == 64) k.gemm = &q8_0_gemm_ymm_gemv<Tag>;
+#endif
     k.act_bytes = &K::act_bytes;
     k.act_relayout = &K::relayout;
   }

@@ -29,8 +29,14 @@ inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag
     return VI32<Tag>(_mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1))));
 #endif
   } else {
-#if defined(__AVXVNNI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if constexpr (Tag::vnni) {  // EVEX (the ymm view of an AVX-512 tag)
+      return VI32<Tag>(_mm256_dpbusd_epi32(__m256i(acc), __m256i(u), __m256i(s)));
+    }
+#elif defined(__AVXVNNI__)
     if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpbusd_avx_epi32(acc, u, s));
+#else
+    static_assert(!Tag::vnni, "a 32-byte VNNI tag needs AVX-VNNI or AVX-512 VNNI in this TU");
 #endif
     const __m256i p = _mm256_maddubs_epi16(u, s);
     return VI32<Tag>(_mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1))));
