@@ -266,7 +266,12 @@ struct Nf4IntGemv {
   static_assert(Tag::bytes == 32, "the body is laid out for 32-byte vectors");
   using Book = Nf4I16Book<Fp4>;
   static constexpr bool kWords = Table16I16<Tag>::kWords;
-  static constexpr int kR = kWords ? 8 : 4;  ///< rows per GEMV group
+  /// Rows per GEMV group. 8 on the AVX-512 (vpermw) form before: 4 read faster cold on Zen 5
+  /// (1 thread, 2 alternated rounds, GB/s: nf4 4096 / 11008 / 14336 x 4096 29.1-29.8 / 26.5-30.3
+  /// / 29.3-30.4 -> 32.2-32.5 / 30.9-33.3 / 32.6-33.9, fp4 11008 x 4096 30.8-31.7 -> 32.9-33.2;
+  /// L3-resident rows unchanged, 33-35); 2 rows were slower, and so was the address-order far
+  /// prefetch (prefetch_linear) with 4.
+  static constexpr int kR = 4;
   static constexpr float kActMax = 32767.0f;
 
   /// Block element (0..63) whose activation pairs with int16 lane p of lookup vector v.
