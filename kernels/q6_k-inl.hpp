@@ -209,8 +209,10 @@ void register_q6_k(KernelTable& t) {
   if constexpr (Tag::isa != Isa::scalar) {
     using K = Q6Simd<Tag>;
     k.dequant = &K::dequant;
-    k.act_bytes = &K::act_bytes;
-    k.act_relayout = &K::relayout;
+    if constexpr (!K::kPerm) {  // the kPerm GEMV reads the plain Q8_K rows (and their bsums)
+      k.act_bytes = &K::act_bytes;
+      k.act_relayout = &K::relayout;
+    }
 #if defined(NIBBLE_K_AVX512)
     // AVX-512 prefill stays on the 16-row VNNI engine of this file and the unpacked-tile engine
     // of kquant-inl.hpp: side by side with the rows engine, measured 1.0-1.3x faster at n = 8..64.

@@ -88,13 +88,9 @@ struct Q8_0Simd {
   static constexpr int kRowsMinN = 4;  ///< n from which the repacked engine (rows-inl.hpp) runs
   using D = S8Dot<Tag>;
   static constexpr int kW = Tag::bytes;
-  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
-  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
-  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
-  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
-  static constexpr bool kLinearL2 = Tag::bytes == 32;
-  static constexpr int kS = kW >= 32 ? kW / 32 : 1;  ///< blocks per register
-  static constexpr int kV = kW >= 32 ? 1 : 32 / kW;  ///< registers per block
+  static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
+  static constexpr int kS = kW >= 32 ? kW / 32 : 1;             ///< blocks per register
+  static constexpr int kV = kW >= 32 ? 1 : 32 / kW;             ///< registers per block
 
   /// Activation rows are padded to an even number of blocks on every x86 tag (the AVX-512 GEMM
   /// reads two blocks per register), so that the 32-byte GEMV of the AVX-512 tables reads the

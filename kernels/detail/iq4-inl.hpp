@@ -60,15 +60,11 @@ inline float iq4xs_dot_scalar(const std::uint8_t* w, const std::uint8_t* a, std:
 template <class Tag>
 struct IQ4XSSimd {
   static constexpr int kW = Tag::bytes;
-  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
-  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
-  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
-  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
-  static constexpr bool kLinearL2 = Tag::bytes == 32;
-  static constexpr int kNV = 128 / kW;  ///< qs registers per block
-  static constexpr int kL = kW / 16;    ///< sub-blocks per register
-  static constexpr int kR = 4;          ///< rows per GEMV group
-  static constexpr int kRowsMinN = 3;   ///< n from which RowsGemm runs (see kq_gemm)
+  static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
+  static constexpr int kNV = 128 / kW;                          ///< qs registers per block
+  static constexpr int kL = kW / 16;                            ///< sub-blocks per register
+  static constexpr int kR = 4;                                  ///< rows per GEMV group
+  static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
   using D = S8Dot<Tag>;
   static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
 

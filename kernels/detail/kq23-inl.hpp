@@ -161,12 +161,8 @@ struct Q2Simd {
   using L = Kq23Layout<Tag>;
   using SD = PairScaledDot<Tag>;
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
-  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
-  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
-  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
-  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
-  static constexpr bool kLinearL2 = Tag::bytes == 32;
-  static constexpr int kR = 4;         ///< rows per GEMV group
+  static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
+  static constexpr int kR = 4;                                  ///< rows per GEMV group
   static constexpr int kRowsMinN = 4;  ///< n from which RowsGemm runs (see kq_gemm)
 
   /// Per activation block: the values in register order; the 16 sub-block sums bsum split as
@@ -375,11 +371,7 @@ struct Q3Simd {
     kq23_dequant<Tag, true>(src, n, y);
   }
   static constexpr int kW = Tag::bytes, kNV = L::kNV;
-  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
-  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
-  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
-  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
-  static constexpr bool kLinearL2 = Tag::bytes == 32;
+  static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
   static constexpr int kR = 4;
   static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
   /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
@@ -444,7 +436,7 @@ struct Q3Simd {
   /// v W + t (hmask[(v W + t) % 32]).
   static VU8<Tag> hmask(const std::uint8_t* x, int v) {
     if constexpr (kW == 64) {
-      return load_halves<Tag>(x, x);
+      return load_twice<Tag>(x);
     } else {
       return loadu<std::uint8_t, Tag>(x + (v * kW) % 32);
     }

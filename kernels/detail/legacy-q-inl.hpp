@@ -196,11 +196,7 @@ struct Q32Simd {
   using Fmt = Q32Fmt<F>;
   using Act = Q32Act<F>;
   static constexpr int kW = Tag::bytes;
-  /// The next group's L2 prefetch (gemv_groups' far) in address order (prefetch_linear) on
-  /// 32-byte tags, per row on 64-byte ones: Zen 5, cold 4096 x 4096, 1 thread, 4 alternated
-  /// rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2 +6 %, q2_K avx2 +3 %, w8a8 +5-13 %; on
-  /// AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level), so they keep one stream per row.
-  static constexpr bool kLinearL2 = Tag::bytes == 32;
+  static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
   static constexpr int kG = kW / 16;  ///< blocks per step (one per 16-byte lane)
   static constexpr int kR = 4;        ///< rows per GEMV group
   static constexpr bool kSigned = Fmt::kCode == Q32Code::sbook;

@@ -32,19 +32,6 @@
 namespace nibble::kernels {
 namespace {
 
-/// The eight 6-bit scales and mins of a Q4_K/Q5_K block as two little-endian 8-byte words
-/// (byte j of *sc = sc[j], byte j of *m = m[j]); ggml's get_scale_min_k4 for j = 0..7.
-inline void kq_scales_mins(const std::uint8_t* s12, std::uint64_t* sc, std::uint64_t* m) {
-  std::uint32_t u[3];
-  std::memcpy(u, s12, 12);
-  const std::uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
-  const std::uint32_t m_lo = u[1] & 0x3F3F3F3Fu;
-  const std::uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  const std::uint32_t m_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  *sc = static_cast<std::uint64_t>(sc_lo) | (static_cast<std::uint64_t>(sc_hi) << 32);
-  *m = static_cast<std::uint64_t>(m_lo) | (static_cast<std::uint64_t>(m_hi) << 32);
-}
-
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
 template <class Tag, bool HighBit>
@@ -120,8 +107,8 @@ struct Q45Simd {
     hi = as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4;
     if constexpr (HighBit) {
       constexpr int kG0 = v * kW / 32, kG1 = (v * kW + kW - 1) / 32;  // groups of register v
-      VU8<Tag> qh = kW == 64 ? load_halves<Tag>(x->qh, x->qh)
-                             : loadu<std::uint8_t, Tag>(x->qh + (v * kW) % 32);
+      VU8<Tag> qh =
+          kW == 64 ? load_twice<Tag>(x->qh) : loadu<std::uint8_t, Tag>(x->qh + (v * kW) % 32);
       if constexpr (kG0 < 2) qh = as<std::uint8_t>(as<std::uint16_t>(qh) << 4);
       const VU8<Tag> b4(static_cast<std::uint8_t>(0x10));
       constexpr int s0 = 2 * (kG0 % 2), s1 = 2 * (kG1 % 2);

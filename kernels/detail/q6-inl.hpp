@@ -63,7 +63,7 @@ struct Q6Simd {
   };
 
   /// Relayout of one row: the plain Q8_K blocks (read by the GEMM engines), then the Prep blocks
-  /// (read by the GEMV).
+  /// (read by the GEMV). Not registered for kPerm tags, whose GEMV reads the plain rows.
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
@@ -103,7 +103,7 @@ struct Q6Simd {
     const VU8<Tag> q = loadu<std::uint8_t, Tag>(x->ql + 64 * h + v * kW);
     const std::uint8_t* qp = x->qh + 32 * h + (v * kW) % 32;
     const VU16<Tag> qh =
-        as<std::uint16_t>(kW == 64 ? load_halves<Tag>(qp, qp) : loadu<std::uint8_t, Tag>(qp));
+        as<std::uint16_t>(kW == 64 ? load_twice<Tag>(qp) : loadu<std::uint8_t, Tag>(qp));
     // High bits at 2 * g (low nibbles) and 4 + 2 * g (high nibbles), g = byte position / 32:
     // moved to bits 4-5 by (qh << 4) >> 2g and qh >> 2g (16-bit shifts: the bits that cross
     // into the neighbouring byte are masked off).
@@ -160,7 +160,8 @@ struct Q6Simd {
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
     const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
-    [[maybe_unused]] const Prep* p = Row::prep(A, cols);
+    const Prep* p = nullptr;  // the starting values (kPerm: none, A is the plain Q8_K row)
+    if constexpr (!kPerm) p = Row::prep(A, cols);
     VF<Tag> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = VF<Tag>(0.0f);
     for (std::int64_t b = 0; b < nb; ++b) {
