@@ -102,22 +102,11 @@ inline void act_q8_K_scalar(const float* x, std::int64_t n, void* dst) {
 // ---- SIMD, written once over the ISA tag ----
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// The tag the activation quantizers run on: the ISA's own, except 32-byte vectors on AVX-512
-/// (a 32-value block is then four registers, which one narrow_i32_i8 turns into its 32 bytes).
-template <class Tag, bool Wide = (Tag::bytes == 64)>
-struct ActTagOf {
-  using type = Tag;
-};
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-template <class Tag>
-struct ActTagOf<Tag, true> {
-  using type = Avx512YmmTag<Tag>;
-};
-#endif
-
+/// The activation quantizers run on the ISA's own tag, except 32-byte vectors on AVX-512 (Ymm: a
+/// 32-value block is then four registers, which one narrow_i32_i8 turns into its 32 bytes).
 template <class Tag>
 struct ActSimd {
-  using T = typename ActTagOf<Tag>::type;
+  using T = Ymm<Tag>;
   using F = VF<T>;
   static constexpr int kL = T::bytes / 4;  ///< floats per register
   static constexpr int kN = 4 * kL;        ///< values per narrow_i32_i8 (x86 32, NEON 16)

@@ -422,29 +422,12 @@ struct Nf4IntGemv {
 };
 
 /// The 32-byte tag the integer GEMV body runs on for `Tag`.
-template <class Tag>
-struct Nf4IntTag {
-  using type = Tag;
-};
-#if defined(NIBBLE_K_AVX512)
-template <>
-struct Nf4IntTag<Avx512Tag> {
-  using type = Avx512YmmTag<Avx512Tag>;
-};
-#endif
-#if defined(NIBBLE_K_AVX512VNNI)
-template <>
-struct Nf4IntTag<Avx512VnniTag> {
-  using type = Avx512YmmTag<Avx512VnniTag>;
-};
-#endif
-
 /// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
 /// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
 /// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.
 template <class Tag, bool Fp4>
 struct Nf4X86 {
-  using G = Nf4IntGemv<typename Nf4IntTag<Tag>::type, Fp4>;
+  using G = Nf4IntGemv<Ymm<Tag>, Fp4>;
   static void gemm(const void* W, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {

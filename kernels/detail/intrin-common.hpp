@@ -99,6 +99,22 @@ struct TagInfo<NeonDotTag> {
 #endif
 #endif
 
+/// The 32-byte view of a 64-byte AVX-512 tag (Avx512YmmTag: ymm registers with the AVX-512 BW /
+/// VL / VNNI instructions), for bodies that run faster on ymm registers there (the activation
+/// quantizers, the NF4 / FP4 int16 GEMV, the q8_0 GEMV); any other tag itself.
+template <class Tag, bool Wide = (Tag::bytes == 64)>
+struct YmmOf {
+  using type = Tag;
+};
+#if defined(NIBBLE_K_AVX512)
+template <class Tag>
+struct YmmOf<Tag, true> {
+  using type = Avx512YmmTag<Tag>;
+};
+#endif
+template <class Tag>
+using Ymm = typename YmmOf<Tag>::type;
+
 }  // namespace
 }  // namespace nibble::kernels
 
