@@ -185,23 +185,6 @@ inline void q8_0_block_scalar(const float* x, BlockQ8_0* y) {
 
 #if defined(NIBBLE_QZ_SIMD)
 
-/// IEEE-exact division, square root and half-to-even rounding per lane: div_ieee, sqrt_ieee and
-/// round_even of kernels/detail/intrin-*.hpp (on AArch64 the instructions; xsimd 8.1 approximates
-/// the first two there).
-template <class A>
-inline xsimd::batch<float, A> vdiv(const xsimd::batch<float, A>& a,
-                                   const xsimd::batch<float, A>& b) {
-  return div_ieee<A>(a, b);
-}
-template <class A>
-inline xsimd::batch<float, A> vsqrt(const xsimd::batch<float, A>& a) {
-  return sqrt_ieee<A>(a);
-}
-template <class A>
-inline xsimd::batch<float, A> vround(const xsimd::batch<float, A>& a) {
-  return round_even<A>(a);
-}
-
 /// nearest_int per lane, returned as float (exact: the result is an integer below 2^23).
 template <class A>
 inline xsimd::batch<float, A> nint_v(const xsimd::batch<float, A>& v) {
@@ -320,8 +303,8 @@ inline void search_lanes(const float* xt, const float* wt, float nmax, float rmi
   for (int u = 0; u < U; ++u) {
     lo[u] = xsimd::select(lo[u] > zero, zero, lo[u]);
     degen[u] = hi[u] <= lo[u];
-    isc[u] = vdiv(vmax, hi[u] - lo[u]);
-    scale[u] = vdiv(V(1.f), isc[u]);
+    isc[u] = div_ieee<A>(vmax, hi[u] - lo[u]);
+    scale[u] = div_ieee<A>(V(1.f), isc[u]);
   }
   V best_isc[U], best_lo[U];
   for (int u = 0; u < U; ++u) {
@@ -343,7 +326,7 @@ inline void search_lanes(const float* xt, const float* wt, float nmax, float rmi
   }
   for (int is = 0; is <= nstep; ++is) {
     const V num(rmin + rdelta * static_cast<float>(is) + nmax);
-    for (int u = 0; u < U; ++u) isc[u] = vdiv(num, hi[u] - lo[u]);
+    for (int u = 0; u < U; ++u) isc[u] = div_ieee<A>(num, hi[u] - lo[u]);
     const int mode = pass_mode(isc);
     for (int u = 0; u < U; ++u) run_pass(mode, u, isc[u], laux + u * W, sl[u], sl2[u], sxl[u]);
     V ts[U], tm[U], err[U];
@@ -353,11 +336,11 @@ inline void search_lanes(const float* xt, const float* wt, float nmax, float rmi
       const V D = sum_w[u] * sl2[u] - sl[u] * sl[u];
       dpos[u] = (D > zero) && !degen[u];
       anyd = anyd || xsimd::any(dpos[u]);
-      ts[u] = vdiv(sum_w[u] * sxl[u] - sum_x[u] * sl[u], D);
-      tm[u] = vdiv(sl2[u] * sum_x[u] - sl[u] * sxl[u], D);
+      ts[u] = div_ieee<A>(sum_w[u] * sxl[u] - sum_x[u] * sl[u], D);
+      tm[u] = div_ieee<A>(sl2[u] * sum_x[u] - sl[u] * sxl[u], D);
       const auto mpos = tm[u] > zero;
       tm[u] = xsimd::select(mpos, zero, tm[u]);
-      ts[u] = xsimd::select(mpos, vdiv(sxl[u], sl2[u]), ts[u]);
+      ts[u] = xsimd::select(mpos, div_ieee<A>(sxl[u], sl2[u]), ts[u]);
       err[u] = zero;
     }
     if (!anyd) continue;
@@ -434,7 +417,7 @@ inline void kquant_group(const float* x, const float* qw, int nb, Block* y) {
         const V v = V::load_aligned(xt + i * S + u * W);
         s2 = s2 + v * v;
       }
-      const V av = vsqrt(vdiv(s2, V(32.f)));
+      const V av = sqrt_ieee<A>(div_ieee<A>(s2, V(32.f)));
       for (int i = 0; i < 32; ++i)
         (av + xsimd::abs(V::load_aligned(xt + i * S + u * W))).store_aligned(wt + i * S + u * W);
     }
@@ -456,7 +439,7 @@ inline void kquant_group(const float* x, const float* qw, int nb, Block* y) {
       V acc(0.f);
       for (int i = 0; i < 32; ++i) {
         const V v = V::load_aligned(xt + i * S + u * W);
-        const V w = V::load_aligned(qt + i * S + u * W) * vsqrt(s2 + v * v);
+        const V w = V::load_aligned(qt + i * S + u * W) * sqrt_ieee<A>(s2 + v * v);
         w.store_aligned(wt + i * S + u * W);
         acc = acc + w;
       }
@@ -514,7 +497,7 @@ inline void kquant_group(const float* x, const float* qw, int nb, Block* y) {
       }
       const V vs(s), vm(dm * static_cast<float>(m)), zero(0.f), vmax(fmax);
       for (int i = 0; i < 32; i += W) {
-        const V v = vdiv(V::load_unaligned(xb + 32 * j + i) + vm, vs);
+        const V v = div_ieee<A>(V::load_unaligned(xb + 32 * j + i) + vm, vs);
         xsimd::to_int(xsimd::min(xsimd::max(nint_v(v), zero), vmax)).store_aligned(L + 32 * j + i);
       }
     }

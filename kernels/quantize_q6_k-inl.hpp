@@ -1,6 +1,7 @@
 // nibble: SIMD Q6_K weight quantizer (fp32 -> BlockQ6_K), byte-identical to
 // nibble::ref::quantize_q6_K / quantize_q6_K_imatrix. Included by quantize-inl.hpp (which
-// defines NIBBLE_QZ_SIMD, qz::nint, qz::vdiv, qz::vround and qz::to_lanes); see the notes there.
+// defines NIBBLE_QZ_SIMD, qz::nint and qz::to_lanes; div_ieee / round_even come from
+// kernels/detail/intrin-*.hpp); see the notes there.
 //
 // One lane per 16-value sub-block: every lane runs the reference's scale search (the value of
 // largest magnitude, then 19 candidate inverse scales, each a float32 sum in value order) with
@@ -49,7 +50,7 @@ inline void fast_pass(const float* xt, const float* wt, const float* wxt,
   for (int i = 0; i < 16; ++i) {
     for (int u = 0; u < U; ++u) {
       const int k = i * S + u * W;
-      V l = vround(inv[u] * V::load_aligned(xt + k));
+      V l = round_even<A>(inv[u] * V::load_aligned(xt + k));
       if (LOW) l = xsimd::max(l, lo);
       if (HIGH) l = xsimd::min(l, hi);
       slx[u] = slx[u] + V::load_aligned(wxt + k) * l;
@@ -158,21 +159,21 @@ inline void q6k_group(const float* x, const float* qw, int nb, BlockQ6_K* y) {
     }
   };
   V inv[U], best_inv[U], scale[U], best[U];
-  for (int u = 0; u < U; ++u) inv[u] = vdiv(V(-32.0f), vmax[u]);
+  for (int u = 0; u < U; ++u) inv[u] = div_ieee<A>(V(-32.0f), vmax[u]);
   accumulate(inv);
   for (int u = 0; u < U; ++u) {
     best_inv[u] = inv[u];
-    scale[u] = xsimd::select(sl2[u] != zero, vdiv(slx[u], sl2[u]), zero);
+    scale[u] = xsimd::select(sl2[u] != zero, div_ieee<A>(slx[u], sl2[u]), zero);
     best[u] = scale[u] * slx[u];
   }
   for (int step = -9; step <= 9; ++step) {
     if (step == 0) continue;
     const V num(-(32.0f + 0.1f * static_cast<float>(step)));
-    for (int u = 0; u < U; ++u) inv[u] = vdiv(num, vmax[u]);
+    for (int u = 0; u < U; ++u) inv[u] = div_ieee<A>(num, vmax[u]);
     accumulate(inv);
     for (int u = 0; u < U; ++u) {
       const B upd = (sl2[u] > zero) && (slx[u] * slx[u] > best[u] * sl2[u]);
-      const V ns = vdiv(slx[u], sl2[u]);
+      const V ns = div_ieee<A>(slx[u], sl2[u]);
       best_inv[u] = xsimd::select(upd, inv[u], best_inv[u]);
       scale[u] = xsimd::select(upd, ns, scale[u]);
       best[u] = xsimd::select(upd, ns * slx[u], best[u]);
@@ -231,7 +232,7 @@ inline void q6k_group(const float* x, const float* qw, int nb, BlockQ6_K* y) {
       if (dl[p] != 0.f) {
         const V d(dl[p]);
         for (int i = 0; i < 16; i += W)
-          xsimd::to_int(q6_level<A>(vdiv(V::load_unaligned(xs + i), d)) + off)
+          xsimd::to_int(q6_level<A>(div_ieee<A>(V::load_unaligned(xs + i), d)) + off)
               .store_aligned(L + 16 * j + i);
       } else {
         const V bi(binv[p]);
