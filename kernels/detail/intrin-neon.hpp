@@ -115,6 +115,11 @@ inline VU8<Tag> load_twice(const void* p) {
 }
 
 template <class Tag>
+inline VU8<Tag> load_lane_all(const void* p) {
+  return VU8<Tag>(vld1q_u8(static_cast<const std::uint8_t*>(p)));
+}
+
+template <class Tag>
 inline VF<Tag> set_halves(float a, float b) {
   return VF<Tag>(vcombine_f32(vdup_n_f32(a), vdup_n_f32(b)));
 }

@@ -223,6 +223,19 @@ inline VU8<Tag> load_twice(const void* p) {
   }
 }
 
+/// The 16 bytes at p in every 16-byte lane (one broadcast load).
+template <class Tag>
+inline VU8<Tag> load_lane_all(const void* p) {
+  const __m128i v = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512F__)
+    return VU8<Tag>(_mm512_broadcast_i32x4(v));
+#endif
+  } else {
+    return VU8<Tag>(_mm256_broadcastsi128_si256(v));
+  }
+}
+
 /// Floats: the lower half of the lanes a, the upper half b.
 template <class Tag>
 inline VF<Tag> set_halves(float a, float b) {

@@ -179,6 +179,9 @@ struct Q45Simd {
     static_assert(C == 1, "GEMV body");
     constexpr int kH = kW / 16;            // header lanes per register
     constexpr int kG = (R + kH - 1) / kH;  // header registers
+    // A single row on a wide register: its header in every lane (one broadcast load; no lane
+    // inserts, no broadcast of the decoded scales). The mins then use lane 0 only, as before.
+    constexpr bool kOne = R == 1 && kH > 1;
     constexpr int kPrefetch = 640;
     const Patterns& pt = patterns();
     const Prep* p = Row::prep(A, cols);
@@ -210,7 +213,7 @@ struct Q45Simd {
       for (int g = 0; g < kG; ++g) {
         const void* hp[kH];
         for (int l = 0; l < kH; ++l) hp[l] = x[g * kH + l];
-        const VU8<Tag> hdr = load_lanes<Tag>(hp);
+        const VU8<Tag> hdr = kOne ? load_lane_all<Tag>(hp[0]) : load_lanes<Tag>(hp);
         const VU32<Tag> X = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hx));
         const VU32<Tag> Yv = as<std::uint32_t>(lookup16<Tag>(as<std::int8_t>(hdr), hy));
         sm[g] = as<std::uint8_t>(((X >> hs) & ax) | ((Yv >> 2) & ay));
@@ -224,10 +227,12 @@ struct Q45Simd {
         const VI32<Tag> mi =
             madd_i16<Tag>(as<std::int16_t>(lookup16<Tag>(as<std::int8_t>(sm[g]), pm)),
                           loadu<std::int16_t, Tag>(pb.bsp));
-        accm[g] = fmadd<Tag>(xsimd::to_float(mi), spread_lanes<Tag>(negdm), accm[g]);
+        accm[g] = fmadd<Tag>(xsimd::to_float(mi),
+                             kOne ? VF<Tag>(negdm[0]) : spread_lanes<Tag>(negdm), accm[g]);
       }
       VI8<Tag> scb[R];
-      for (int r = 0; r < R; ++r) scb[r] = as<std::int8_t>(bcast_lane<Tag>(sm[r / kH], r % kH));
+      for (int r = 0; r < R; ++r)
+        scb[r] = as<std::int8_t>(kOne ? sm[0] : bcast_lane<Tag>(sm[r / kH], r % kH));
       VI32<Tag> isum[R];
       for (int r = 0; r < R; ++r) isum[r] = VI32<Tag>(0);
       for (int r = 0; r < R; ++r) {
