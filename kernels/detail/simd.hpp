@@ -164,6 +164,18 @@ inline void prefetch_l2(const void* p) {
 template <class Tag>
 inline constexpr bool kLinearGroupPrefetch = Tag::bytes == 32;
 
+/// Whether the Q4_K / Q5_K, Q6_K and IQ4_XS GEMV bodies prefetch the weights a few hundred bytes
+/// ahead into L1: on 32-byte tags only. On AVX-512 the hardware prefetcher and the next group's
+/// L2 prefetch feed them better alone (Zen 5, cold, 1 thread, 3 alternated rounds, GB/s: q6_K
+/// 4096 x 4096 35.0 -> 38.2, 4096 x 11008 26.8 -> 30.0; q5_K 4096 x 11008 31.0 -> 35.3; iq4_xs
+/// 4096 / 14336 x 4096 32.3 / 31.6 -> 34.5 / 35.0; q4_K 4096 x 11008 30.2 -> 34.3; model decode
+/// step, Q4_K_M stack, 4 rounds: 29.5-30.5 -> 37.3-37.5 tokens/s on 1 thread, 57-59 -> 64-66 on
+/// 2). The L1 lines evict the activation row, which for 11008 columns no longer fits beside
+/// them. On AVX2 / AVX-VNNI the same change moved the rates by -4 to +6 %, and the legacy body
+/// (Q4_0, Q5_0) lost 10-30 % without it on AVX-512: those keep theirs.
+template <class Tag>
+inline constexpr bool kL1PrefetchWide = Tag::bytes != 64;
+
 /// The L2 prefetch of a group of R rows in address order: while a GEMV body is at byte `off` of
 /// its rows (a step of `step` bytes), the lines of bytes [R * off, R * (off + step)) of the group
 /// at g, so that the group ahead is fetched as one sequential stream rather than R streams.
