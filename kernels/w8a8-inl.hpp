@@ -86,15 +86,18 @@ struct W8A8Tile {
     }
   }
   /// Writes Y[c * ldy + r] for r < R, c < C; `corr` (C entries or null) is subtracted from each
-  /// sum (the offsets above). GEMV (C == 1) prefetches each row a little ahead into L1 and, when
-  /// `far` is non-zero, the next row group into L2 in address order (prefetch_linear; per row it
-  /// read 5-13 % slower on Zen 5, 1 thread): once per 64 bytes of a row, so that every line of
-  /// the group gets a prefetch.
+  /// sum (the offsets above). GEMV (C == 1), when `far` is non-zero, prefetches the next row group
+  /// into L2 in address order (prefetch_linear; per row it read 5-13 % slower on Zen 5, 1
+  /// thread): once per 64 bytes of a row, so that every line of the group gets a prefetch. No L1
+  /// prefetch on x86: 512 bytes ahead of each row it cost 10-18 % (Zen 5, cold, 1 thread, 3
+  /// alternated rounds, 4096 / 11008 columns, GB/s: avx512 30.7 / 29.9 -> 33.9 / 32.8, avx2
+  /// 30.3 / 28.6 -> 33.5 / 33.4, avxvnni 29.9 / 28.4 -> 34.1 / 30.7; two threads within
+  /// noise). NEON keeps it (not measured there).
   template <int R, int C>
   static void run(const std::int8_t* W, const std::int8_t* A, std::int64_t cols,
                   const std::int32_t* corr, const float* ws, const float* as_, float* Y,
                   std::int64_t ldy, std::size_t far) {
-    constexpr std::int64_t kPrefetch = 512;
+    constexpr std::int64_t kPrefetch = TagInfo<Tag>::family == Family::x86 ? 0 : 512;
     VI32<Tag> acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = VI32<Tag>(0);
@@ -102,7 +105,8 @@ struct W8A8Tile {
     for (; k + kStep <= cols; k += kStep) {
       if constexpr (C == 1) {
         if (k % 64 == 0) {
-          for (int r = 0; r < R; ++r) prefetch_l1(W + r * cols + k + kPrefetch);
+          if constexpr (kPrefetch > 0)
+            for (int r = 0; r < R; ++r) prefetch_l1(W + r * cols + k + kPrefetch);
           if (far)
             prefetch_linear(reinterpret_cast<const std::uint8_t*>(W) + far, R,
                             static_cast<std::size_t>(k), 64);
