@@ -172,19 +172,6 @@ inline VI8<Tag> lookup16(const VI8<Tag>& table, const VU8<Tag>& idx) {
   }
 }
 
-/// A 16-entry byte table repeated in every 16-byte lane (for lookup16).
-template <class Tag>
-inline VI8<Tag> table16(const std::int8_t* t16) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t16));
-  if constexpr (Tag::bytes == 64) {
-#if defined(__AVX512F__)
-    return VI8<Tag>(_mm512_broadcast_i32x4(t));
-#endif
-  } else {
-    return VI8<Tag>(_mm256_broadcastsi128_si256(t));
-  }
-}
-
 /// Tag::bytes / 2 binary16 values from p, converted exactly to fp32.
 template <class Tag>
 inline VF<Tag> load_f16(const void* p) {
@@ -234,6 +221,12 @@ inline VU8<Tag> load_lane_all(const void* p) {
   } else {
     return VU8<Tag>(_mm256_broadcastsi128_si256(v));
   }
+}
+
+/// A 16-entry byte table repeated in every 16-byte lane (for lookup16).
+template <class Tag>
+inline VI8<Tag> table16(const std::int8_t* t16) {
+  return as<std::int8_t>(load_lane_all<Tag>(t16));
 }
 
 /// Floats: the lower half of the lanes a, the upper half b.
