@@ -421,7 +421,6 @@ struct Nf4IntGemv {
   }
 };
 
-/// The 32-byte tag the integer GEMV body runs on for `Tag`.
 /// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
 /// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
 /// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.

@@ -180,7 +180,7 @@ struct IQ4XSSimd {
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    constexpr int kPrefetch = kL1PrefetchWide<Tag> ? 512 : 0;  // see simd.hpp
+    constexpr int kPrefetch = kKQuantL1Prefetch<Tag> ? 512 : 0;  // see simd.hpp
     const Patterns& pt = patterns();
     const Prep* pa = Row::prep(A, cols);
     const VI8<Tag> tbl = D::prep(table16<Tag>(ref::iq4::kValues));

@@ -182,7 +182,7 @@ struct Q45Simd {
     // A single row on a wide register: its header in every lane (one broadcast load; no lane
     // inserts, no broadcast of the decoded scales). The mins then use lane 0 only, as before.
     constexpr bool kOne = R == 1 && kH > 1;
-    constexpr int kPrefetch = kL1PrefetchWide<Tag> ? 640 : 0;  // see simd.hpp
+    constexpr int kPrefetch = kKQuantL1Prefetch<Tag> ? 640 : 0;  // see simd.hpp
     const Patterns& pt = patterns();
     const Prep* p = Row::prep(A, cols);
     const VU8<Tag> hx = loadu<std::uint8_t, Tag>(pt.hdr_x), hy = loadu<std::uint8_t, Tag>(pt.hdr_y);
@@ -203,7 +203,7 @@ struct Q45Simd {
         const char* c = reinterpret_cast<const char*>(x[r]);
         // 32-byte tags: the block's 144 / 176 bytes a little ahead into L1 (measured best on
         // this structure together with the L2 prefetch of the next row group below, in address
-        // order); none on AVX-512 (kL1PrefetchWide).
+        // order); none on AVX-512 (kKQuantL1Prefetch).
         if constexpr (kPrefetch > 0)
           for (int o = 0; o < 192; o += 64) prefetch_l1(c + kPrefetch + o);
       }

@@ -157,7 +157,7 @@ struct Q6Simd {
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    constexpr int kPrefetch = kL1PrefetchWide<Tag> ? 640 : 0;  // see simd.hpp
+    constexpr int kPrefetch = kKQuantL1Prefetch<Tag> ? 640 : 0;  // see simd.hpp
     const Patterns& pt = patterns();
     const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
     const Prep* p = nullptr;  // the starting values (kPerm: none, A is the plain Q8_K row)

@@ -174,7 +174,7 @@ inline constexpr bool kLinearGroupPrefetch = Tag::bytes == 32;
 /// them. On AVX2 / AVX-VNNI the same change moved the rates by -4 to +6 %, and the legacy body
 /// (Q4_0, Q5_0) lost 10-30 % without it on AVX-512: those keep theirs.
 template <class Tag>
-inline constexpr bool kL1PrefetchWide = Tag::bytes != 64;
+inline constexpr bool kKQuantL1Prefetch = Tag::bytes != 64;
 
 /// The L2 prefetch of a group of R rows in address order: while a GEMV body is at byte `off` of
 /// its rows (a step of `step` bytes), the lines of bytes [R * off, R * (off + step)) of the group
