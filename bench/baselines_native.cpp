@@ -16,6 +16,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -143,6 +144,24 @@ void run_eigen(benchmark::State& st, Shape s, int n, int threads) {
 }
 
 }  // namespace
+
+double read_bandwidth(const void* p, std::size_t bytes, int threads) {
+  const std::size_t words = bytes / sizeof(std::uint64_t) / 16 * 16;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t s = parallel_sum(static_cast<const std::uint64_t*>(p), words, threads);
+  const auto t1 = std::chrono::steady_clock::now();
+  benchmark::DoNotOptimize(s);
+  const double sec = std::chrono::duration<double>(t1 - t0).count();
+  return sec > 0 ? static_cast<double>(words * sizeof(std::uint64_t)) / sec : 0.0;
+}
+
+void set_paired_bandwidth(benchmark::State& st, double bytes_per_s, double bw_before,
+                          double bw_after) {
+  const double bw = 0.5 * (bw_before + bw_after);
+  if (bw <= 0) return;
+  st.counters["membw_GB/s"] = bw / 1e9;
+  st.counters["x_membw"] = bytes_per_s / bw;
+}
 
 void register_membw(const std::vector<int>& threads) {
   for (int t : threads) {

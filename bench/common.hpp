@@ -140,6 +140,15 @@ double product_tolerance(nibble::Format f);
 /// Registration entry points (called from main). Products are registered grouped by shape and
 /// format so that consecutive benchmarks share the cached weight set.
 void register_membw(const std::vector<int>& threads);
+/// Memory read bandwidth (bytes/s) of one sweep over `bytes` at p with `threads` workers, the
+/// same read loop as the membw rows. The cold product rows take it on their own weight copies
+/// just before and after their timed loop (the counters `membw_GB/s` and `x_membw`), so that
+/// their ratio to the bandwidth comes from the same minute of a shared, noisy host.
+double read_bandwidth(const void* p, std::size_t bytes, int threads);
+/// Records the paired bandwidth counters of a cold product row: `membw_GB/s` (the mean of the
+/// sweeps before and after the timed loop) and `x_membw` (weight bytes/s of the row over it).
+void set_paired_bandwidth(benchmark::State& st, double bytes_per_s, double bw_before,
+                          double bw_after);
 /// Model decode step rows (bench_decode.cpp): every linear of the built-in llama-2-7B-shaped
 /// Q4_K_M stack (config().decode_layers) or of config().decode_model, one token, per thread count,
 /// in the plain and in the packed layout (format name + ".x16"; packed at setup).

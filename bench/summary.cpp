@@ -46,6 +46,8 @@ Measured from_run(const benchmark::BenchmarkReporter::Run& r) {
   if (it != r.counters.end()) m.bytes_per_second = it->second.value;
   it = r.counters.find("FLOP/s");
   if (it != r.counters.end()) m.flops = it->second.value;
+  it = r.counters.find("x_membw");
+  if (it != r.counters.end()) m.x_membw = it->second.value;
   return m;
 }
 
@@ -108,7 +110,8 @@ void SummaryReporter::print_table(std::FILE* out) const {
   std::fprintf(out,
                "\nnibble-bench summary (ratios from this run; xBLAS/xEigen/xScalar = their time / "
                "this time, >1 means faster;\n%%roof = weight bytes/s / memory read bytes/s at the "
-               "same thread count, cold decode only)\n");
+               "same thread count, cold decode only, against\nthe row's own read sweeps of its "
+               "weights just before and after it (x_membw) when present)\n");
   for (const auto& [t, bw] : roof) {
     std::fprintf(out, "memory read roofline, %d thread(s): %.1f GB/s\n", t, bw / 1e9);
   }
@@ -137,7 +140,9 @@ void SummaryReporter::print_table(std::FILE* out) const {
     ratio(lookup("f32/openblas", k), m.seconds, xb, sizeof xb);
     ratio(lookup("f32/eigen", k), m.seconds, xe, sizeof xe);
     const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
-    if (k.n == 1 && bw > 0) {
+    if (k.n == 1 && m.x_membw > 0) {
+      std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * m.x_membw);
+    } else if (k.n == 1 && bw > 0) {
       std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
     } else {
       std::snprintf(xr, sizeof xr, "-");
@@ -157,7 +162,7 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
                                     const std::map<int, double>& roof) const {
   // (format, impl, threads) -> cold 4096x4096 / warm L2 / warm L3 weight bytes per second
   struct Row {
-    double cold = 0, l2 = 0, l3 = 0;
+    double cold = 0, x = 0, l2 = 0, l3 = 0;
     std::string l2_shape, l3_shape;
   };
   std::map<std::tuple<std::string, std::string, int>, Row> rows;
@@ -165,7 +170,10 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
     const Key k = parse(name);
     if (k.kernel != "gemv" || k.n != 1) continue;
     Row& r = rows[{k.format, k.impl, k.threads}];
-    if (k.cache == "cold" && k.shape == "4096x4096") r.cold = m.bytes_per_second;
+    if (k.cache == "cold" && k.shape == "4096x4096") {
+      r.cold = m.bytes_per_second;
+      r.x = m.x_membw;
+    }
     if (k.cache == "warm_l2") {
       r.l2 = m.bytes_per_second;
       r.l2_shape = k.shape;
@@ -178,10 +186,12 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
   bool any = false;
   for (const auto& kv : rows) any = any || kv.second.l2 > 0 || kv.second.l3 > 0;
   if (!any) return;
-  std::fprintf(out,
-               "\nGEMV compute ceiling (weight GB/s; cold = 4096x4096 streamed from DRAM, "
-               "cold/membw = cold / memory read GB/s\nat the same thread count; warm L2 / L3 = "
-               "one cache-resident copy: what the kernel does when memory is not the limit)\n");
+  std::fprintf(
+      out,
+      "\nGEMV compute ceiling (weight GB/s; cold = 4096x4096 streamed from DRAM, "
+      "cold/membw = cold / memory read GB/s\nat the same thread count (the row's paired sweeps, "
+      "x_membw); warm L2 / L3 = "
+      "one cache-resident copy: what the kernel does when memory is not the limit)\n");
   std::fprintf(out, "%-7s %-9s %3s %9s %10s %9s %-10s %9s %-10s\n", "format", "impl", "thr", "cold",
                "cold/membw", "warm L2", "(shape)", "warm L3", "(shape)");
   auto gbs = [](double v, char* buf, std::size_t len) {
@@ -197,7 +207,9 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
     gbs(r.l2, l2, sizeof l2);
     gbs(r.l3, l3, sizeof l3);
     const double bw = roof.count(std::get<2>(key)) ? roof.at(std::get<2>(key)) : 0.0;
-    if (r.cold > 0 && bw > 0) {
+    if (r.x > 0) {
+      std::snprintf(cr, sizeof cr, "%.2f", r.x);
+    } else if (r.cold > 0 && bw > 0) {
       std::snprintf(cr, sizeof cr, "%.2f", r.cold / bw);
     } else {
       std::snprintf(cr, sizeof cr, "-");
@@ -219,13 +231,16 @@ void SummaryReporter::print_decode(std::FILE* out, const std::map<std::string, M
       std::fprintf(out,
                    "\nmodel decode step (one token: a GEMV through every linear layer, weights in "
                    "DRAM; %%membw = weight bytes/s\n/ memory read bytes/s at the same thread "
-                   "count)\n%-16s %-12s %-8s %3s %10s %9s %8s %7s\n",
+                   "count, from the row's paired sweeps of its weights)\n%-16s %-12s %-8s %3s %10s "
+                   "%9s %8s %7s\n",
                    "model", "stack", "isa", "thr", "ms/token", "tokens/s", "wGB/s", "%membw");
       header = true;
     }
     const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
     char pr[32];
-    if (bw > 0) {
+    if (m.x_membw > 0) {
+      std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * m.x_membw);
+    } else if (bw > 0) {
       std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
     } else {
       std::snprintf(pr, sizeof pr, "-");

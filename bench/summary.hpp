@@ -19,6 +19,7 @@ struct Measured {
   double seconds = 0;           ///< real time per iteration
   double bytes_per_second = 0;  ///< weight (or array) bytes per second
   double flops = 0;             ///< FLOP/s (0 when not a product)
+  double x_membw = 0;           ///< cold rows: bytes/s over the paired bandwidth sweeps (0: none)
 };
 
 class SummaryReporter : public benchmark::BenchmarkReporter {

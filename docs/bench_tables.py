@@ -5,8 +5,9 @@
     /usr/bin/python3 docs/bench_tables.py bench.json
 
 Prints, from that one run: the memory read bandwidth (membw rows), the cold GEMV of every
-format and ISA at 1 and 2 threads with its ratio to the same-run bandwidth at the same thread
-count, the warm (L2- and LLC-resident) GEMV at 1 thread, the model decode step, and prefill
+format and ISA at 1 and 2 threads with its ratio to the bandwidth at the same thread count (the
+row's own paired read sweeps of its weights, counter x_membw, when the run has them; else the
+run's membw row), the warm (L2- and LLC-resident) GEMV at 1 thread, the model decode step, and prefill
 (gemm, n = 64) in GFLOP/s. When the run has repetitions, the medians are used.
 """
 
@@ -77,7 +78,10 @@ def main():
                 shape_cold = m["shape"]
             if m["shape"] != shape_cold:
                 continue
-        gemv.setdefault((m["fmt"], m["impl"]), {})[(int(m["t"]), m["mode"])] = gbs(rec)
+        cell = gemv.setdefault((m["fmt"], m["impl"]), {})
+        cell[(int(m["t"]), m["mode"])] = gbs(rec)
+        if m["mode"] == "cold" and rec.get("x_membw"):
+            cell[(int(m["t"]), "x_membw")] = rec["x_membw"]
 
     def fmt_rank(fmt):
         base = fmt.replace(".x16", "")
@@ -88,8 +92,8 @@ def main():
         isa = ISA_ORDER.index(impl) if impl in ISA_ORDER else len(ISA_ORDER)
         return (fmt_rank(fmt), isa, fmt.endswith(".x16"))
 
-    print(f"Decode, GB/s of weights ({shape_cold}; cold/membw: the ratio to the same-run bandwidth "
-          "at the same thread count; warm: 1 thread, cache-resident weights):")
+    print(f"Decode, GB/s of weights ({shape_cold}; cold/membw: the ratio to the bandwidth at the "
+          "same thread count, paired per row (x_membw) when measured; warm: 1 thread, cache-resident weights):")
     print()
     print("| format | impl | 1 thread | cold/membw | 2 threads | cold/membw | warm L2 | warm L3 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -102,7 +106,8 @@ def main():
         for t in (1, 2):
             c = v.get((t, "cold"))
             cells.append(f"{c:.1f}" if c else "")
-            cells.append(f"{c / membw[t]:.2f}" if c and t in membw else "")
+            x = v.get((t, "x_membw"))
+            cells.append(f"{x:.2f}" if x else f"{c / membw[t]:.2f}" if c and t in membw else "")
         for mode in ("warm_l2", "warm_l3"):
             w = v.get((1, mode))
             cells.append(f"{w:.1f}" if w else "")
@@ -121,7 +126,8 @@ def main():
             parts = name.split("/")
             t = int(re.search(r"threads:(\d+)", name).group(1))
             g = gbs(rec)
-            pct = f"{100 * g / membw[t]:.0f} %" if t in membw else ""
+            pct = (f"{100 * rec['x_membw']:.0f} %" if rec.get("x_membw") else
+                   f"{100 * g / membw[t]:.0f} %" if t in membw else "")
             print(f"| {parts[1]} | {parts[2]} | {t} | {rec['real_time']:.1f} | "
                   f"{rec['tokens/s']:.1f} | {g:.1f} | {pct} |")
         print()
