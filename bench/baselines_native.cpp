@@ -128,12 +128,22 @@ void run_eigen(benchmark::State& st, Shape s, int n, int threads) {
       st.SkipWithError(err.c_str());
       return;
     }
+    const std::size_t all = w.stride * static_cast<std::size_t>(w.copies);
+    const double bw0 = cold ? read_bandwidth(w.buffer.data(), all, threads) : 0.0;
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : st) {
       call(cold ? w.next_cold() : w.copy(0));
       benchmark::DoNotOptimize(Y.data());
       benchmark::ClobberMemory();
     }
+    const auto t1 = std::chrono::steady_clock::now();
     set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
+    if (cold) {
+      const double sec = std::chrono::duration<double>(t1 - t0).count();
+      set_paired_bandwidth(
+          st, static_cast<double>(w.bytes) * static_cast<double>(st.iterations()) / sec, bw0,
+          read_bandwidth(w.buffer.data(), all, threads));
+    }
     std::string label = cache_label(w, cold);
     if (n == 1 && threads > 1) label += "; Eigen's GEMV is single-threaded";
     if (Eigen::nbThreads() != threads) label += "; Eigen built without OpenMP: 1 thread";
