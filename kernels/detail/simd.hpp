@@ -161,6 +161,7 @@ inline void prefetch_l2(const void* p) {
 /// (prefetch_linear) or per row: in address order on 32-byte tags, per row on the others. Zen 5,
 /// cold 4096 x 4096, 1 thread, 4 alternated rounds: q8_0 avx2 / avxvnni +6 / +8 %, q4_0 avx2
 /// +6 %, q2_K avx2 +3 %; on AVX-512 q4_0 / mxfp4 lost 15-17 % and q2_K 5 % (q8_0 level).
+/// IQ4_XS overrides it on AVX-512 (in address order, two groups ahead: see iq4-inl.hpp).
 template <class Tag>
 inline constexpr bool kLinearGroupPrefetch = Tag::bytes == 32;
 
