@@ -131,17 +131,20 @@ struct Q8_0Simd {
   }
 
   /// R weight rows x C activation rows, all blocks. GEMV (C == 1), when `far` is non-zero,
-  /// prefetches the next row group into L2 (see kLinearL2), and on the ymm view of AVX-512 and on
-  /// NEON its row streams into L1 a little ahead. AVX2 / AVX-VNNI read faster without the L1
-  /// prefetch (Zen 5, cold, 1 thread, 3 alternated rounds, 4096 / 11008 columns, GB/s: avx2 38.3
-  /// / 38.3 -> 39.7 / 40.2, avxvnni 33.4 / 32.3 -> 36.6 / 34.8; two threads 45-47 -> 47-49); on
-  /// the AVX-512 tables the two-thread rate fell without it (4096 x 4096: 44.6-48.5 -> 34.4-46.8,
-  /// 4 rounds).
+  /// prefetches the next row group into L2 (see kLinearL2), and on NEON its row streams into L1
+  /// a little ahead. x86 reads faster without the L1 prefetch (Zen 5, cold, 1 thread, 3
+  /// alternated rounds, 4096 / 11008 columns, GB/s: avx2 38.3 / 38.3 -> 39.7 / 40.2, avxvnni
+  /// 33.4 / 32.3 -> 36.6 / 34.8; the AVX-512 tables' ymm view, 4 rounds, ratio to the rows'
+  /// paired bandwidth, 1 / 2 threads: 4096 x 4096 0.89 / 0.92 -> 0.89 / 0.95, 11008 x 4096
+  /// 0.88 / 0.93 -> 0.90 / 0.98, 4096 x 11008 0.92 / 0.89 -> 0.93 / 0.92; rerun from the
+  /// committed build, 3 rounds: 0.90 / 0.92 -> 0.91 / 0.92, 11008 x 4096 0.90 / 0.96 -> 0.92 /
+  /// 0.96, the unchanged AVX2 rows beside them +0.01-0.02: a small gain at most, no loss). An
+  /// earlier two-thread loss on AVX-512 was the host's bandwidth noise.
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t ldy,
                   std::size_t far = 0) {
-    constexpr int kPrefetch = TagInfo<Tag>::family == Family::x86 && !HasEvex<Tag>::value ? 0 : 512;
+    constexpr int kPrefetch = TagInfo<Tag>::family == Family::x86 ? 0 : 512;
     VF<Tag> acc[R][C][kV];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c)
