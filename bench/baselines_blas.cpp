@@ -1,6 +1,5 @@
 // nibble-bench: fp32 OpenBLAS baseline (cblas_sgemv for n = 1 with cold weights, cblas_sgemm for
 // n > 1), on the same fp32 weights as nibble's f32 benchmarks.
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -52,22 +51,12 @@ void run_blas(benchmark::State& st, Shape s, int n, int threads) {
       st.SkipWithError(err.c_str());
       return;
     }
-    const std::size_t all = w.stride * static_cast<std::size_t>(w.copies);
-    const double bw0 = cold ? read_bandwidth(w.buffer.data(), all, threads) : 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) {
+    timed_loop(st, cold, {w.all_copies()}, static_cast<double>(w.bytes), threads, [&] {
       call(cold ? w.next_cold() : w.copy(0));
       benchmark::DoNotOptimize(Y.data());
       benchmark::ClobberMemory();
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+    });
     set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
-    if (cold) {
-      const double sec = std::chrono::duration<double>(t1 - t0).count();
-      set_paired_bandwidth(
-          st, static_cast<double>(w.bytes) * static_cast<double>(st.iterations()) / sec, bw0,
-          read_bandwidth(w.buffer.data(), all, threads));
-    }
     st.SetLabel(cache_label(w, cold) + "; OpenBLAS core " + openblas_get_corename());
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());

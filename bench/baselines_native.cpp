@@ -128,22 +128,12 @@ void run_eigen(benchmark::State& st, Shape s, int n, int threads) {
       st.SkipWithError(err.c_str());
       return;
     }
-    const std::size_t all = w.stride * static_cast<std::size_t>(w.copies);
-    const double bw0 = cold ? read_bandwidth(w.buffer.data(), all, threads) : 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) {
+    timed_loop(st, cold, {w.all_copies()}, static_cast<double>(w.bytes), threads, [&] {
       call(cold ? w.next_cold() : w.copy(0));
       benchmark::DoNotOptimize(Y.data());
       benchmark::ClobberMemory();
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+    });
     set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
-    if (cold) {
-      const double sec = std::chrono::duration<double>(t1 - t0).count();
-      set_paired_bandwidth(
-          st, static_cast<double>(w.bytes) * static_cast<double>(st.iterations()) / sec, bw0,
-          read_bandwidth(w.buffer.data(), all, threads));
-    }
     std::string label = cache_label(w, cold);
     if (n == 1 && threads > 1) label += "; Eigen's GEMV is single-threaded";
     if (Eigen::nbThreads() != threads) label += "; Eigen built without OpenMP: 1 thread";
@@ -155,14 +145,18 @@ void run_eigen(benchmark::State& st, Shape s, int n, int threads) {
 
 }  // namespace
 
-double read_bandwidth(const void* p, std::size_t bytes, int threads) {
-  const std::size_t words = bytes / sizeof(std::uint64_t) / 16 * 16;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t s = parallel_sum(static_cast<const std::uint64_t*>(p), words, threads);
-  const auto t1 = std::chrono::steady_clock::now();
-  benchmark::DoNotOptimize(s);
-  const double sec = std::chrono::duration<double>(t1 - t0).count();
-  return sec > 0 ? static_cast<double>(words * sizeof(std::uint64_t)) / sec : 0.0;
+double read_bandwidth(const std::vector<Region>& regions, int threads) {
+  double bytes = 0, sec = 0;
+  for (const Region& r : regions) {
+    const std::size_t words = r.bytes / sizeof(std::uint64_t) / 16 * 16;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t s = parallel_sum(static_cast<const std::uint64_t*>(r.p), words, threads);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(s);
+    bytes += static_cast<double>(words * sizeof(std::uint64_t));
+    sec += std::chrono::duration<double>(t1 - t0).count();
+  }
+  return sec > 0 ? bytes / sec : 0.0;
 }
 
 void set_paired_bandwidth(benchmark::State& st, double bytes_per_s, double bw_before,

@@ -1,6 +1,5 @@
 // nibble-bench: the model decode step (one token through every linear layer, weights in DRAM).
 // The stack and the step are shared with `nibble bench MODEL.gguf` (src/decode_step.hpp).
-#include <chrono>
 #include <memory>
 #include <string>
 
@@ -32,38 +31,21 @@ const nibble::decode::Stack& decode_stack(bool packed) {
   return *slot;
 }
 
-// Read bandwidth (bytes/s) of one sweep over every linear's weights (see read_bandwidth).
-double stack_read_bandwidth(const nibble::decode::Stack& s, int threads) {
-  double bytes = 0, sec = 0;
-  for (const nibble::decode::Linear& l : s.linears) {
-    const double bw = read_bandwidth(l.data, l.bytes, threads);
-    if (bw <= 0) continue;
-    bytes += static_cast<double>(l.bytes);
-    sec += static_cast<double>(l.bytes) / bw;
-  }
-  return sec > 0 ? bytes / sec : 0.0;
-}
-
 void run_decode(benchmark::State& st, int threads, bool packed) {
   try {
     const nibble::decode::Stack& s = decode_stack(packed);
     nibble::Context ctx;
     ctx.threads = threads;
     nibble::decode::Runner r(s, ctx);
-    r.step();  // untimed: first touch of the activations, thread start-up
-    const double bw0 = stack_read_bandwidth(s, threads);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) {
+    r.step();                     // untimed: first touch of the activations, thread start-up
+    std::vector<Region> regions;  // every linear's weights (the paired sweeps)
+    for (const nibble::decode::Linear& l : s.linears) regions.push_back({l.data, l.bytes});
+    timed_loop(st, true, regions, static_cast<double>(s.bytes()), threads, [&] {
       r.step();
       benchmark::DoNotOptimize(r.y());
       benchmark::ClobberMemory();
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+    });
     set_rates(st, static_cast<double>(s.bytes()), 0);
-    const double sec = std::chrono::duration<double>(t1 - t0).count();
-    set_paired_bandwidth(
-        st, static_cast<double>(s.bytes()) * static_cast<double>(st.iterations()) / sec, bw0,
-        stack_read_bandwidth(s, threads));
     st.counters["tokens/s"] =
         benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
     std::string label = s.label + ": " + std::to_string(s.linears.size()) + " GEMVs, " +

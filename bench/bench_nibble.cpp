@@ -1,6 +1,5 @@
 // nibble-bench: nibble's own kernels. gemv (n = 1, cold weights) / gemm (n > 1) per weight format
 // per ISA, and the quantizer / dequantizer throughput.
-#include <chrono>
 #include <cmath>
 #include <set>
 #include <string>
@@ -54,22 +53,12 @@ void run_product(benchmark::State& st, const std::string& name, Format f, Isa is
       }
       checked.insert(name);
     }
-    const std::size_t all = w.stride * static_cast<std::size_t>(w.copies);
-    const double bw0 = cold ? read_bandwidth(w.buffer.data(), all, threads) : 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) {
+    timed_loop(st, cold, {w.all_copies()}, static_cast<double>(w.bytes), threads, [&] {
       call(cold ? w.next_cold() : w.copy(0));
       benchmark::DoNotOptimize(Y.data());
       benchmark::ClobberMemory();
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+    });
     set_rates(st, static_cast<double>(w.bytes), 2.0 * s.rows * s.cols * n);
-    if (cold) {
-      const double sec = std::chrono::duration<double>(t1 - t0).count();
-      set_paired_bandwidth(
-          st, static_cast<double>(w.bytes) * static_cast<double>(st.iterations()) / sec, bw0,
-          read_bandwidth(w.buffer.data(), all, threads));
-    }
     if (where == Residency::model) {
       st.SetLabel(cache_label(w, cold));
     } else {

@@ -1,6 +1,5 @@
 // nibble-bench: W8A8 (SmoothQuant) int8 products beside the other formats: gemv (n = 1, cold
 // weights rotated over copies larger than the LLC) and gemm (n > 1, warm), per ISA and threads.
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,20 +46,9 @@ void run_w8a8(benchmark::State& st, Isa isa, Shape s, int n, int threads) {
     ctx.threads = threads;
     const std::vector<float> X = activations(n, s.cols);
     std::vector<float> Y(static_cast<std::size_t>(n * s.rows));
-    // Paired bandwidth (common.hpp): one sweep over every copy's int8 weights.
-    auto sweep = [&] {
-      double b = 0, sec = 0;
-      for (const auto& w : set.copies) {
-        const double bw = read_bandwidth(w.q.data(), w.q.size(), threads);
-        if (bw <= 0) continue;
-        b += static_cast<double>(w.q.size());
-        sec += static_cast<double>(w.q.size()) / bw;
-      }
-      return sec > 0 ? b / sec : 0.0;
-    };
-    const double bw0 = n == 1 ? sweep() : 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) {
+    std::vector<Region> regions;  // the int8 weights of every copy (the paired sweeps)
+    for (const auto& w : set.copies) regions.push_back({w.q.data(), w.q.size()});
+    timed_loop(st, n == 1, regions, static_cast<double>(set.bytes), threads, [&] {
       if (n == 1) {
         const auto& w = set.copies[set.next++ % set.copies.size()];
         nibble::w8a8::gemv(ctx, w, X.data(), Y.data());
@@ -69,15 +57,8 @@ void run_w8a8(benchmark::State& st, Isa isa, Shape s, int n, int threads) {
       }
       benchmark::DoNotOptimize(Y.data());
       benchmark::ClobberMemory();
-    }
-    const auto t1 = std::chrono::steady_clock::now();
+    });
     set_rates(st, static_cast<double>(set.bytes), 2.0 * s.rows * s.cols * n);
-    if (n == 1) {
-      const double sec = std::chrono::duration<double>(t1 - t0).count();
-      set_paired_bandwidth(
-          st, static_cast<double>(set.bytes) * static_cast<double>(st.iterations()) / sec, bw0,
-          sweep());
-    }
     st.SetLabel(n == 1 ? "cold: " + std::to_string(set.copies.size()) + " rotated copies"
                        : std::string("warm"));
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,12 @@ std::size_t warm_target_bytes(bool l3);
 Shape warm_shape(nibble::Format f, bool l3);
 
 /// Owning 64-byte (2 MiB when large, with transparent huge pages requested) aligned buffer.
+/// A memory region a paired bandwidth sweep reads.
+struct Region {
+  const void* p;
+  std::size_t bytes;
+};
+
 struct Buffer {
   struct Free {
     void operator()(void* p) const;
@@ -90,6 +97,8 @@ struct WeightSet {
   /// invocations of one benchmark, and across benchmarks sharing this set) walk all copies, so a
   /// copy is reused only after all the others were read.
   const void* next_cold() const { return copy(next++); }
+  /// All copies as one region (what a paired bandwidth sweep reads).
+  Region all_copies() const { return {buffer.data(), stride * static_cast<std::size_t>(copies)}; }
   const void* copy(std::size_t i) const {
     return static_cast<const char*>(buffer.data()) +
            (i % static_cast<std::size_t>(copies)) * stride;
@@ -140,15 +149,30 @@ double product_tolerance(nibble::Format f);
 /// Registration entry points (called from main). Products are registered grouped by shape and
 /// format so that consecutive benchmarks share the cached weight set.
 void register_membw(const std::vector<int>& threads);
-/// Memory read bandwidth (bytes/s) of one sweep over `bytes` at p with `threads` workers, the
-/// same read loop as the membw rows. The cold product rows take it on their own weight copies
-/// just before and after their timed loop (the counters `membw_GB/s` and `x_membw`), so that
-/// their ratio to the bandwidth comes from the same minute of a shared, noisy host.
-double read_bandwidth(const void* p, std::size_t bytes, int threads);
-/// Records the paired bandwidth counters of a cold product row: `membw_GB/s` (the mean of the
-/// sweeps before and after the timed loop) and `x_membw` (weight bytes/s of the row over it).
+/// Memory read bandwidth (bytes/s) of one sweep over the regions with `threads` workers, the
+/// same read loop as the membw rows: their bytes over the total time.
+double read_bandwidth(const std::vector<Region>& regions, int threads);
+/// Records the paired bandwidth counters of a row: `membw_GB/s` (the mean of the sweeps before
+/// and after the timed loop) and `x_membw` (the row's weight bytes/s over it).
 void set_paired_bandwidth(benchmark::State& st, double bytes_per_s, double bw_before,
                           double bw_after);
+/// The timed loop of a product or decode row: body() once per iteration. With `paired` (cold
+/// rows) the weights in `regions` are swept with read_bandwidth just before and just after the
+/// loop and the row gets the paired counters for `bytes` of weights per iteration, so that its
+/// ratio to the bandwidth comes from the same seconds of a shared, noisy host.
+template <class Body>
+void timed_loop(benchmark::State& st, bool paired, const std::vector<Region>& regions, double bytes,
+                int threads, Body&& body) {
+  const double bw0 = paired ? read_bandwidth(regions, threads) : 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : st) body();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!paired) return;
+  const double sec = std::chrono::duration<double>(t1 - t0).count();
+  if (sec > 0)
+    set_paired_bandwidth(st, bytes * static_cast<double>(st.iterations()) / sec, bw0,
+                         read_bandwidth(regions, threads));
+}
 /// Model decode step rows (bench_decode.cpp): every linear of the built-in llama-2-7B-shaped
 /// Q4_K_M stack (config().decode_layers) or of config().decode_model, one token, per thread count,
 /// in the plain and in the packed layout (format name + ".x16"; packed at setup).
