@@ -28,9 +28,33 @@ const std::vector<int>& batch_sizes() {
   return ns;
 }
 
-const std::vector<int>& thread_counts() {
-  static const std::vector<int> t = {1, 2};
+namespace {
+std::vector<int>& thread_counts_storage() {
+  static std::vector<int> t = {1, 2};
   return t;
+}
+}  // namespace
+
+const std::vector<int>& thread_counts() {
+  return thread_counts_storage();
+}
+
+bool set_thread_counts(const std::string& list) {
+  std::vector<int> t;
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    const std::size_t end = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, end - pos);
+    char* stop = nullptr;
+    const long v = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v < 1 || v > 1024) return false;
+    t.push_back(static_cast<int>(v));
+    pos = end + 1;
+  }
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  thread_counts_storage() = t;
+  return true;
 }
 
 const std::vector<nibble::Format>& weight_formats() {

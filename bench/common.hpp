@@ -25,8 +25,11 @@ struct Shape {
 const std::vector<Shape>& model_shapes();
 /// Activation counts: 1 (decode, GEMV) and 8, 64, 512 (prefill, GEMM).
 const std::vector<int>& batch_sizes();
-/// Thread counts measured.
+/// Thread counts measured, ascending (default 1 and 2; --threads=LIST).
 const std::vector<int>& thread_counts();
+/// Sets thread_counts() from a comma-separated list of counts in 1..1024 (sorted, duplicates
+/// dropped). Returns false, changing nothing, if the list is malformed.
+bool set_thread_counts(const std::string& list);
 /// Weight formats measured by the GEMV/GEMM benchmarks.
 const std::vector<nibble::Format>& weight_formats();
 

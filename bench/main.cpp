@@ -11,6 +11,9 @@
 //   --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)
 //   --membw_bytes=N      array size of the memory-bandwidth kernel (default max(4 * LLC, 1 GiB))
 //   --l2_bytes=N         per-core L2 size for the warm_l2 GEMV rows (default: detected)
+//   --threads=LIST       thread counts of the GEMV, decode, membw and OpenBLAS rows,
+//   comma-separated
+//                        (default 1,2); OpenBLAS is started with the largest
 //   --layers=N           layers of the built-in decode stack (llama-2-7B shapes, Q4_K_M mix;
 //                        default 4, 1..32; `--layers N` also accepted)
 //   --model=FILE.gguf    decode rows over this GGUF file's linear weights instead
@@ -67,6 +70,13 @@ std::string isa_list(const std::vector<nibble::Isa>& isas) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --threads first: the OpenBLAS re-execution needs the largest count.
+  for (int i = 1; i < argc; ++i) {
+    if (starts_with(argv[i], "--threads=") && !nibble_bench::set_thread_counts(argv[i] + 10)) {
+      std::fprintf(stderr, "nibble-bench: --threads wants a list like 1,2,4 (counts 1..1024)\n");
+      return 2;
+    }
+  }
   reexec_for_openblas(argc, argv);
 
   using nibble_bench::config;
@@ -97,7 +107,7 @@ int main(int argc, char** argv) {
       config().decode_layers = std::atoi(argv[++i]);
     } else if (starts_with(a, "--model=")) {
       config().decode_model = a + 8;
-    } else if (std::strcmp(a, "--keep_openblas_env") == 0) {
+    } else if (std::strcmp(a, "--keep_openblas_env") == 0 || starts_with(a, "--threads=")) {
     } else {
       if (starts_with(a, "--benchmark_min_time")) has_min_time = true;
       if (starts_with(a, "--benchmark_filter")) has_filter = true;
