@@ -1,6 +1,7 @@
 // nibble: the Context-taking public API (quantize, dequantize, gemv, gemm, ISA queries) and the
 // table-level driver that splits the work over the caller's threads.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -44,16 +45,18 @@ std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts) {
   return std::max<std::int64_t>(c, kRowQuantum);
 }
 
-namespace {
-
-// Tasks for `rows` rows of `work_per_row` multiply-adds: one per thread, none for tiny work.
 std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_row) {
   if (rows <= 0) return 0;
   const double work = work_per_row * static_cast<double>(rows);
-  std::int64_t t = wanted_threads(ctx);
-  if (work < 1 << 16) t = 1;
-  return t;
+  const std::int64_t t = wanted_threads(ctx);
+  if (t <= 1 || work < kMinTaskWork) return 1;
+  const double by_work = std::floor(work / kMinTaskWork);
+  const std::int64_t most = t * kTasksPerThread;
+  return std::max<std::int64_t>(
+      t, by_work < static_cast<double>(most) ? static_cast<std::int64_t>(by_work) : most);
 }
+
+namespace {
 
 std::size_t row_size(Format f, std::int64_t cols) {
   return static_cast<std::size_t>(cols / traits(f).block_elems) * traits(f).block_bytes;
@@ -191,23 +194,84 @@ kernels::FormatKernels merged(const kernels::KernelTable& t, Format f) {
 
 }  // namespace
 
+namespace {
+
+// Tasks [0, count) split into one contiguous range per worker. A worker runs its own range from
+// the front, in order (so one thread streams adjacent rows, as with a static split), then takes
+// tasks one at a time from the back of the other workers' ranges. With balanced threads this is
+// the static split; when some threads read memory faster than others (many cores sharing DRAM),
+// they finish the slow ones' rows instead of waiting at the end of the region.
+struct alignas(64) TaskRange {
+  std::atomic<std::uint64_t> front_back{0};  // next front task (low 32 bits), end (high 32 bits)
+};
+
+struct StealJob {
+  void (*body)(void* arg, std::int64_t i);
+  void* arg;
+  std::int64_t workers;
+  TaskRange* ranges;
+};
+
+bool claim(TaskRange& r, bool from_front, std::int64_t& task) {
+  std::uint64_t v = r.front_back.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t front = v & 0xffffffffu, back = v >> 32;
+    if (front >= back) return false;
+    const std::uint64_t next = from_front ? v + 1 : v - (std::uint64_t{1} << 32);
+    if (r.front_back.compare_exchange_weak(v, next, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+      task = static_cast<std::int64_t>(from_front ? front : back - 1);
+      return true;
+    }
+  }
+}
+
+void steal_worker(void* arg, std::int64_t w) {
+  const StealJob& j = *static_cast<const StealJob*>(arg);
+  std::int64_t task = 0;
+  while (claim(j.ranges[w], true, task)) j.body(j.arg, task);
+  for (std::int64_t k = 1; k < j.workers; ++k) {
+    TaskRange& victim = j.ranges[(w + k) % j.workers];
+    while (claim(victim, false, task)) j.body(j.arg, task);
+  }
+}
+
+}  // namespace
+
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg) {
   if (count <= 0) return;
-  if (count == 1) {
-    body(arg, 0);
+  const std::int64_t workers = std::min<std::int64_t>(count, wanted_threads(ctx));
+#if !defined(NIBBLE_HAVE_OPENMP)
+  if (ctx.parallel_for == nullptr) {
+    for (std::int64_t i = 0; i < count; ++i) body(arg, i);
     return;
   }
+#endif
+  if (workers <= 1) {
+    for (std::int64_t i = 0; i < count; ++i) body(arg, i);
+    return;
+  }
+  if (count > std::int64_t{0xffffffff}) fail("parallel_run: too many tasks");
+  std::vector<TaskRange> ranges(static_cast<std::size_t>(workers));
+  for (std::int64_t w = 0; w < workers; ++w) {
+    const std::uint64_t b = static_cast<std::uint64_t>(count * w / workers);
+    const std::uint64_t e = static_cast<std::uint64_t>(count * (w + 1) / workers);
+    ranges[static_cast<std::size_t>(w)].front_back.store(b | (e << 32), std::memory_order_relaxed);
+  }
+  StealJob job{body, arg, workers, ranges.data()};
+  // Every task is run exactly once even if fewer workers start than asked for (a pool with fewer
+  // threads, an OpenMP team cut short): the workers that do run take the others' ranges.
   if (ctx.parallel_for != nullptr) {
-    ctx.parallel_for(ctx.pool, count, body, arg);
+    ctx.parallel_for(ctx.pool, workers, steal_worker, &job);
     return;
   }
 #if defined(NIBBLE_HAVE_OPENMP)
-  const int nt = static_cast<int>(std::min<std::int64_t>(count, wanted_threads(ctx)));
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (std::int64_t i = 0; i < count; ++i) body(arg, i);
-#else
-  for (std::int64_t i = 0; i < count; ++i) body(arg, i);
+#pragma omp parallel num_threads(static_cast <int>(workers))
+  {
+    const std::int64_t nt = omp_get_num_threads();
+    for (std::int64_t w = omp_get_thread_num(); w < workers; w += nt) steal_worker(&job, w);
+  }
 #endif
 }
 

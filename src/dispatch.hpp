@@ -57,16 +57,29 @@ void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f
                      std::int64_t rows, std::int64_t cols, const float* X, std::int64_t n,
                      float* Y);
 
-/// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
-/// threads (0 = all), else serially.
 /// Rows per task are multiples of this (keeps tiles whole, no false sharing on outputs).
 constexpr std::int64_t kRowQuantum = 16;
 /// Threads a parallel region of `ctx` may use (ctx.threads, or all hardware threads).
 int wanted_threads(const Context& ctx);
+/// Row tasks per thread of a parallel product (task_count). parallel_run gives each thread a
+/// contiguous range of them and lets a thread that finishes early take tasks from the back of
+/// the others' ranges, so threads that get more memory bandwidth do more of the rows. On a
+/// 16-core Emerald Rapids VM, one contiguous chunk per thread left the decode step of the
+/// 8-layer Q4_K_M stack at 62-72 tokens/s and 8 tasks per thread, handed out dynamically, gave
+/// 87-92 (docs/kernels.md, "Many threads").
+constexpr std::int64_t kTasksPerThread = 8;
+/// Multiply-adds below which work is not split at all, and the least a task is given.
+constexpr double kMinTaskWork = double{1 << 16};
+/// Tasks for `rows` rows of `work_per_row` multiply-adds each under `ctx`: 1 on one thread or for
+/// tiny work, else between wanted_threads(ctx) and kTasksPerThread per thread (fewer when a task
+/// would get under kMinTaskWork).
+std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_row);
 /// Length of the contiguous row chunks when [0, rows) is split into at most `parts` tasks
 /// (a multiple of kRowQuantum).
 std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts);
 
+/// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
+/// threads (0 = all; tasks handed out one at a time as threads become free), else serially.
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg);
 

@@ -156,10 +156,8 @@ void gemm(const Context& ctx, const Weights& w, const float* X, std::int64_t n, 
           Y,
           0};
   if (job.fn == nullptr) detail::fail(fn, ": no W8A8 kernel in the scalar table");
-  std::int64_t tasks = detail::wanted_threads(ctx);
-  if (static_cast<double>(w.rows) * static_cast<double>(w.cols) * static_cast<double>(n) <
-      double{1 << 16})
-    tasks = 1;
+  const std::int64_t tasks =
+      detail::task_count(ctx, w.rows, static_cast<double>(w.cols) * static_cast<double>(n));
   const std::int64_t chunk = detail::chunk_rows(w.rows, tasks);
   job.chunk = chunk;
   detail::parallel_run(ctx, (w.rows + chunk - 1) / chunk, task, &job);

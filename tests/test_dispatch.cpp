@@ -5,7 +5,8 @@
 // build/CPU cannot run throws nibble::Error (and writes nothing); NIBBLE_ISA is honoured (a
 // child process of this binary); NIBBLE_EXPECT_BEST (set by the emulated runs in tests/cross)
 // names the ISA dispatch must pick; gemm/gemv results are bit-identical for 1, 2, 3 threads and
-// with custom parallel_for hooks (a serial loop, a std::thread pool), and agree with Eigen in
+// with custom parallel_for hooks (a serial loop, a std::thread pool, a pool whose first task
+// starts last, so its rows must be taken by the others), and agree with Eigen in
 // double on the dequantized weights (rtol 1e-5 of sum |w x| for fp32 activations; q8_0 is
 // compared to the same computation on its quantized activations, rtol 1e-5); Context quantize
 // and dequantize give the bytes/values of the Context-free reference entry points.
@@ -186,6 +187,33 @@ void thread_hook(void* pool, std::int64_t n, void (*task)(void*, std::int64_t), 
   for (std::thread& w : workers) w.join();
 }
 
+// One thread per task, where task 0 starts only after every other task has returned: nibble
+// hands each of the n tasks a contiguous range of its row tasks, so the others must take all of
+// task 0's rows (work stealing) and task 0 must then find nothing left to do.
+// The output the straggler watches, and whether it was complete when task 0 started.
+const std::vector<float>* g_straggler_output = nullptr;
+bool g_straggler_found_all_done = false;
+
+void straggler_hook(void* pool, std::int64_t n, void (*task)(void*, std::int64_t), void* ctx) {
+  ++*static_cast<int*>(pool);
+  g_straggler_found_all_done = false;
+  std::atomic<std::int64_t> done{0};
+  std::vector<std::thread> workers;
+  for (std::int64_t i = 0; i < n; ++i) {
+    workers.emplace_back([&, i] {
+      if (i == 0) {
+        while (done.load() < n - 1) std::this_thread::yield();
+        const std::vector<float>& y = *g_straggler_output;
+        g_straggler_found_all_done =
+            std::none_of(y.begin(), y.end(), [](float v) { return v == -1.0f; });
+      }
+      task(ctx, i);
+      ++done;
+    });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
 struct PublicCase {
   Format f;
   std::int64_t rows, cols, n;
@@ -209,10 +237,10 @@ nt::RefProduct expected(Format f, const std::vector<std::uint8_t>& q, std::int64
 }
 
 TEST(PublicApi, ThreadCountsAndHooksGiveIdenticalResults) {
-  const PublicCase cases[] = {{Format::f32, 67, 96, 1},    {Format::f16, 50, 130, 5},
-                              {Format::q8_0, 77, 256, 1},  {Format::q8_0, 100, 512, 7},
-                              {Format::nf4, 65, 256, 3},   {Format::fp4, 33, 128, 1},
-                              {Format::q8_0, 300, 1024, 2}};
+  const PublicCase cases[] = {{Format::f32, 67, 96, 1},     {Format::f16, 50, 130, 5},
+                              {Format::q8_0, 77, 256, 1},   {Format::q8_0, 100, 512, 7},
+                              {Format::nf4, 65, 256, 3},    {Format::fp4, 33, 128, 1},
+                              {Format::q8_0, 300, 1024, 2}, {Format::q8_0, 1024, 1024, 1}};
   for (Isa isa : nibble::available_isas()) {
     for (const PublicCase& c : cases) {
       const std::string what = std::string(nibble::isa_name(isa)) + " " + nibble::traits(c.f).name +
@@ -243,7 +271,7 @@ TEST(PublicApi, ThreadCountsAndHooksGiveIdenticalResults) {
         nibble::gemm(ctx, c.f, q.data(), c.rows, c.cols, x.data(), c.n, y.data());
         nt::expect_bitwise_equal(y, y1, what + " threads=" + std::to_string(threads));
       }
-      for (auto hook : {&serial_hook, &thread_hook}) {
+      for (auto hook : {&serial_hook, &thread_hook, &straggler_hook}) {
         int calls = 0;
         Context hc;
         hc.isa = isa;
@@ -251,8 +279,12 @@ TEST(PublicApi, ThreadCountsAndHooksGiveIdenticalResults) {
         hc.parallel_for = hook;
         hc.pool = &calls;
         std::vector<float> y(y1.size(), -1.0f);
+        g_straggler_output = &y;
         nibble::gemm(hc, c.f, q.data(), c.rows, c.cols, x.data(), c.n, y.data());
         nt::expect_bitwise_equal(y, y1, what + " hook");
+        if (hook == &straggler_hook && calls > 0) {
+          EXPECT_TRUE(g_straggler_found_all_done) << what << ": task 0's rows were not taken";
+        }
         if (c.rows > 16 && c.rows * c.cols * c.n >= (1 << 16)) {
           EXPECT_GE(calls, 1) << what;
         }

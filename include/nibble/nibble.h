@@ -95,7 +95,9 @@ NIBBLE_CAPI int nibble_isa_supported(int isa);
 /* ---- execution context ---- */
 
 /** The caller's thread pool: run task(task_ctx, i) for every i in [0, n) (in any order, on any
- *  threads) and return when all are done. Same signature as the C++ nibble::ParallelFor. */
+ *  threads) and return when all are done. n is at most the context's thread count; the tasks
+ *  share the rows among themselves, so running all n at once gives the best speed. Same
+ *  signature as the C++ nibble::ParallelFor. */
 typedef void (*nibble_parallel_for)(void* pool, int64_t n, void (*task)(void* task_ctx, int64_t i),
                                     void* task_ctx);
 
@@ -105,7 +107,7 @@ typedef void (*nibble_parallel_for)(void* pool, int64_t n, void (*task)(void* ta
 typedef struct nibble_context {
   int force_isa; /**< 0: choose the best ISA; nonzero: use `isa` (UNSUPPORTED if it cannot run) */
   int isa;       /**< NIBBLE_ISA_* value, read only when force_isa != 0 */
-  int threads;   /**< 0 = all hardware threads; else at most this many (default pool only) */
+  int threads;   /**< 0 = all hardware threads; else at most this many (tasks per parallel_for) */
   nibble_parallel_for parallel_for; /**< optional: your pool (NULL = nibble's default)... */
   void* pool;                       /**< ...and its handle, passed back to parallel_for */
   /** NF4/FP4 GEMV (n = 1) on x86 rounds the code book and the activations to int16 (relative

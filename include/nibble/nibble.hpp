@@ -30,6 +30,9 @@
 namespace nibble {
 
 /// The caller's thread pool: run task(ctx, i) for every i in [0, n), return when all are done.
+/// n is at most the Context's thread count; the tasks share the work among themselves (each
+/// takes over rows the others have not reached), so any order or degree of concurrency gives the
+/// same result, and running them all at once gives the best speed.
 using ParallelFor = void (*)(void* pool, std::int64_t n, void (*task)(void* ctx, std::int64_t i),
                              void* ctx);
 
