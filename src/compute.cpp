@@ -267,7 +267,8 @@ void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg
     return;
   }
 #if defined(NIBBLE_HAVE_OPENMP)
-#pragma omp parallel num_threads(static_cast <int>(workers))
+  const int team = static_cast<int>(workers);
+#pragma omp parallel num_threads(team)
   {
     const std::int64_t nt = omp_get_num_threads();
     for (std::int64_t w = omp_get_thread_num(); w < workers; w += nt) steal_worker(&job, w);
