@@ -187,13 +187,13 @@ void thread_hook(void* pool, std::int64_t n, void (*task)(void*, std::int64_t), 
   for (std::thread& w : workers) w.join();
 }
 
-// One thread per task, where task 0 starts only after every other task has returned: nibble
-// hands each of the n tasks a contiguous range of its row tasks, so the others must take all of
-// task 0's rows (work stealing) and task 0 must then find nothing left to do.
 // The output the straggler watches, and whether it was complete when task 0 started.
 const std::vector<float>* g_straggler_output = nullptr;
 bool g_straggler_found_all_done = false;
 
+// One thread per task, where task 0 starts only after every other task has returned: nibble
+// hands each of the n tasks a contiguous range of its row tasks, so the others must take all of
+// task 0's rows (work stealing) and task 0 must then find nothing left to do.
 void straggler_hook(void* pool, std::int64_t n, void (*task)(void*, std::int64_t), void* ctx) {
   ++*static_cast<int*>(pool);
   g_straggler_found_all_done = false;
