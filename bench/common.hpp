@@ -59,13 +59,13 @@ std::size_t warm_target_bytes(bool l3);
 /// so that rows * row_bytes(f, 4096) is at most warm_target_bytes(l3).
 Shape warm_shape(nibble::Format f, bool l3);
 
-/// Owning 64-byte (2 MiB when large, with transparent huge pages requested) aligned buffer.
 /// A memory region a paired bandwidth sweep reads.
 struct Region {
   const void* p;
   std::size_t bytes;
 };
 
+/// Owning 64-byte (2 MiB when large, with transparent huge pages requested) aligned buffer.
 struct Buffer {
   struct Free {
     void operator()(void* p) const;

@@ -11,9 +11,8 @@
 //   --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)
 //   --membw_bytes=N      array size of the memory-bandwidth kernel (default max(4 * LLC, 1 GiB))
 //   --l2_bytes=N         per-core L2 size for the warm_l2 GEMV rows (default: detected)
-//   --threads=LIST       thread counts of the GEMV, decode, membw and OpenBLAS rows,
-//   comma-separated
-//                        (default 1,2); OpenBLAS is started with the largest
+//   --threads=LIST       thread counts of the GEMV, decode, membw and OpenBLAS rows, as a
+//                        comma-separated list (default 1,2); OpenBLAS starts with the largest
 //   --layers=N           layers of the built-in decode stack (llama-2-7B shapes, Q4_K_M mix;
 //                        default 4, 1..32; `--layers N` also accepted)
 //   --model=FILE.gguf    decode rows over this GGUF file's linear weights instead

@@ -51,6 +51,14 @@ Measured from_run(const benchmark::BenchmarkReporter::Run& r) {
   return m;
 }
 
+// A cold row's weight bytes/s over the memory read bandwidth: its own paired sweeps (x_membw)
+// when it has them, else the run's membw row at its thread count; 0 when neither is known.
+double membw_ratio(const Measured& m, const std::map<int, double>& roof, int threads) {
+  if (m.x_membw > 0) return m.x_membw;
+  const auto it = roof.find(threads);
+  return it != roof.end() && it->second > 0 ? m.bytes_per_second / it->second : 0.0;
+}
+
 std::string strip_time_suffix(std::string s) {
   const std::string suffix = "/real_time";
   if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
@@ -139,11 +147,9 @@ void SummaryReporter::print_table(std::FILE* out) const {
     char xb[32], xe[32], xr[32], xs[32];
     ratio(lookup("f32/openblas", k), m.seconds, xb, sizeof xb);
     ratio(lookup("f32/eigen", k), m.seconds, xe, sizeof xe);
-    const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
-    if (k.n == 1 && m.x_membw > 0) {
-      std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * m.x_membw);
-    } else if (k.n == 1 && bw > 0) {
-      std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
+    const double xm = k.n == 1 ? membw_ratio(m, roof, k.threads) : 0.0;
+    if (xm > 0) {
+      std::snprintf(xr, sizeof xr, "%.0f%%", 100.0 * xm);
     } else {
       std::snprintf(xr, sizeof xr, "-");
     }
@@ -162,7 +168,7 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
                                     const std::map<int, double>& roof) const {
   // (format, impl, threads) -> cold 4096x4096 / warm L2 / warm L3 weight bytes per second
   struct Row {
-    double cold = 0, x = 0, l2 = 0, l3 = 0;
+    double cold = 0, x = 0, l2 = 0, l3 = 0;  // x: cold / memory read bandwidth
     std::string l2_shape, l3_shape;
   };
   std::map<std::tuple<std::string, std::string, int>, Row> rows;
@@ -172,7 +178,7 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
     Row& r = rows[{k.format, k.impl, k.threads}];
     if (k.cache == "cold" && k.shape == "4096x4096") {
       r.cold = m.bytes_per_second;
-      r.x = m.x_membw;
+      r.x = membw_ratio(m, roof, k.threads);
     }
     if (k.cache == "warm_l2") {
       r.l2 = m.bytes_per_second;
@@ -206,11 +212,8 @@ void SummaryReporter::print_ceiling(std::FILE* out, const std::map<std::string, 
     gbs(r.cold, c, sizeof c);
     gbs(r.l2, l2, sizeof l2);
     gbs(r.l3, l3, sizeof l3);
-    const double bw = roof.count(std::get<2>(key)) ? roof.at(std::get<2>(key)) : 0.0;
     if (r.x > 0) {
       std::snprintf(cr, sizeof cr, "%.2f", r.x);
-    } else if (r.cold > 0 && bw > 0) {
-      std::snprintf(cr, sizeof cr, "%.2f", r.cold / bw);
     } else {
       std::snprintf(cr, sizeof cr, "-");
     }
@@ -236,12 +239,10 @@ void SummaryReporter::print_decode(std::FILE* out, const std::map<std::string, M
                    "model", "stack", "isa", "thr", "ms/token", "tokens/s", "wGB/s", "%membw");
       header = true;
     }
-    const double bw = roof.count(k.threads) ? roof.at(k.threads) : 0.0;
+    const double xm = membw_ratio(m, roof, k.threads);
     char pr[32];
-    if (m.x_membw > 0) {
-      std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * m.x_membw);
-    } else if (bw > 0) {
-      std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * m.bytes_per_second / bw);
+    if (xm > 0) {
+      std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * xm);
     } else {
       std::snprintf(pr, sizeof pr, "-");
     }

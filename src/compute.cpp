@@ -192,10 +192,6 @@ kernels::FormatKernels merged(const kernels::KernelTable& t, Format f) {
   return k;
 }
 
-}  // namespace
-
-namespace {
-
 // Tasks [0, count) split into one contiguous range per worker. A worker runs its own range from
 // the front, in order (so one thread streams adjacent rows, as with a static split), then takes
 // tasks one at a time from the back of the other workers' ranges. With balanced threads this is
@@ -241,14 +237,13 @@ void steal_worker(void* arg, std::int64_t w) {
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg) {
   if (count <= 0) return;
-  const std::int64_t workers = std::min<std::int64_t>(count, wanted_threads(ctx));
-#if !defined(NIBBLE_HAVE_OPENMP)
-  if (ctx.parallel_for == nullptr) {
-    for (std::int64_t i = 0; i < count; ++i) body(arg, i);
-    return;
-  }
+#if defined(NIBBLE_HAVE_OPENMP)
+  constexpr bool have_openmp = true;
+#else
+  constexpr bool have_openmp = false;
 #endif
-  if (workers <= 1) {
+  const std::int64_t workers = std::min<std::int64_t>(count, wanted_threads(ctx));
+  if (workers <= 1 || (ctx.parallel_for == nullptr && !have_openmp)) {
     for (std::int64_t i = 0; i < count; ++i) body(arg, i);
     return;
   }

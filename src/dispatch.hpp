@@ -78,8 +78,9 @@ std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_r
 /// (a multiple of kRowQuantum).
 std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts);
 
-/// Runs body(i) for i in [0, count) on ctx's parallel_for hook, else OpenMP with ctx.threads
-/// threads (0 = all; tasks handed out one at a time as threads become free), else serially.
+/// Runs body(i) for i in [0, count) on min(count, wanted_threads(ctx)) workers: ctx's
+/// parallel_for hook, else OpenMP, else serially. Each worker runs a contiguous range of the
+/// tasks in order, then takes tasks from the back of the others' ranges (see kTasksPerThread).
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg);
 
