@@ -14,8 +14,9 @@
 //
 // Two sources of a stack:
 //   - a GGUF file: every 2-D tensor in file order (3-D+ tensors, e.g. stacked MoE experts, are
-//     listed as skipped) whose type nibble can multiply (f32, f16, q8_0,
-//     q4_K, q5_K, q6_K, and the packed q8_0 / q4_K / q5_K / q6_K), except token_embd.weight (an
+//     listed as skipped) whose type nibble can multiply (f32, f16, bf16, q8_0, q4_0, q4_1,
+//     q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4, and the packed types of
+//     the packable formats), except token_embd.weight (an
 //     embedding lookup reads one row per token) unless the file has no output.weight (tied
 //     embeddings: then it is the output projection); the weights are used in place (zero-copy views
 //     into the mapped file);
@@ -99,8 +100,9 @@ inline bool use_more_bits(int i, int n) {
 
 /// nibble format of a ggml type id, or false when nibble has no GEMV for it.
 inline bool format_of_gguf_type(std::uint32_t type, Format* out) {
-  for (Format f :
-       {Format::f32, Format::f16, Format::q8_0, Format::q4_K, Format::q5_K, Format::q6_K}) {
+  for (Format f : {Format::f32, Format::f16, Format::bf16, Format::q8_0, Format::q4_0, Format::q4_1,
+                   Format::q5_0, Format::q5_1, Format::q2_K, Format::q3_K, Format::q4_K, Format::q5_K,
+                   Format::q6_K, Format::iq4_nl, Format::iq4_xs, Format::mxfp4}) {
     if (traits(f).gguf_type == static_cast<int>(type)) {
       *out = f;
       return true;

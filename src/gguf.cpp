@@ -333,7 +333,7 @@ const std::vector<PackedRow>& packed_rows() {
   return rows;
 }
 
-// "q8_0, q4_K, q5_K, q6_K": the base types that are valid with kPackedTypeFlag.
+// "q8_0, q4_K, ...": the base types that are valid with kPackedTypeFlag.
 std::string packable_type_names() {
   std::string s;
   for (const PackedRow& r : packed_rows()) s += (s.empty() ? "" : ", ") + std::string(r.base.name);

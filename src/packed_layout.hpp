@@ -53,6 +53,12 @@ inline const PackLayout* pack_layout(Format f) {
   static const PackLayout q5_K{1, {{0, 176, 4}}};
   static const PackLayout q6_K = packed_detail::q6_K_layout();
   static const PackLayout q8_0{2, {{0, 2, 2}, {2, 32, 4}}};  // d | qs
+  // The 32-value formats: the scale field(s), then qh (Q5), then the 16 quant bytes.
+  static const PackLayout q4_0{2, {{0, 2, 2}, {2, 16, 4}}};             // d | qs
+  static const PackLayout q4_1{2, {{0, 4, 4}, {4, 16, 4}}};             // d and m | qs
+  static const PackLayout q5_0{3, {{0, 2, 2}, {2, 4, 4}, {6, 16, 4}}};  // d | qh | qs
+  static const PackLayout q5_1{3, {{0, 4, 4}, {4, 4, 4}, {8, 16, 4}}};  // d and m | qh | qs
+  static const PackLayout mxfp4{2, {{0, 1, 1}, {1, 16, 4}}};            // e | qs
   switch (f) {
     case Format::q4_K:
       return &q4_K;
@@ -62,19 +68,31 @@ inline const PackLayout* pack_layout(Format f) {
       return &q6_K;
     case Format::q8_0:
       return &q8_0;
+    case Format::q4_0:
+    case Format::iq4_nl:  // the same block structure: fp16 d, 16 bytes of nibbles
+      return &q4_0;
+    case Format::q4_1:
+      return &q4_1;
+    case Format::q5_0:
+      return &q5_0;
+    case Format::q5_1:
+      return &q5_1;
+    case Format::mxfp4:
+      return &mxfp4;
     default:
       return nullptr;
   }
 }
 
-/// Copies `units` units of `unit` bytes (2 or 4) between 16 rows and their interleaved form:
+/// Copies `units` units of `unit` bytes (1, 2 or 4) between 16 rows and their interleaved form:
 /// interleaved unit u of row i is at dst / src + (16 u + i) * unit; row i's units are at
 /// rows[i]. `to_packed` selects the direction. The interleaved side is walked in order (one
 /// sequential stream of stores when packing).
 template <int kUnit>
 inline void interleave16(const std::uint8_t* const* rows_in, std::uint8_t* const* rows_out,
                          std::uint8_t* packed_out, const std::uint8_t* packed_in, int units) {
-  using U = std::conditional_t<kUnit == 4, std::uint32_t, std::uint16_t>;
+  using U = std::conditional_t<kUnit == 4, std::uint32_t,
+                               std::conditional_t<kUnit == 2, std::uint16_t, std::uint8_t>>;
   for (int u = 0; u < units; ++u) {
     for (int i = 0; i < 16; ++i) {
       U v;
@@ -104,8 +122,10 @@ inline void permute_group(const PackLayout& l, std::size_t block_bytes, std::int
       const int units = fd.bytes / fd.unit;
       if (fd.unit == 4) {
         interleave16<4>(r, r, to_packed ? g : nullptr, g, units);
-      } else {
+      } else if (fd.unit == 2) {
         interleave16<2>(r, r, to_packed ? g : nullptr, g, units);
+      } else {
+        interleave16<1>(r, r, to_packed ? g : nullptr, g, units);
       }
       g += static_cast<std::size_t>(kG) * fd.bytes;
     }

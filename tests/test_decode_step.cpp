@@ -98,7 +98,8 @@ TEST(DecodeStep, BuiltinStackRejectsLayerCount) {
   EXPECT_THROW(d::make_llama7b_q4km_stack(33), nibble::Error);
 }
 
-// A tiny llama-like file: token_embd, a norm, two linears, an unsupported q4_0 tensor, output.
+// A tiny llama-like file: token_embd, a norm, three linears (one q4_0), an unsupported iq2_xxs
+// tensor, output.
 struct TinyModel {
   std::vector<std::vector<std::uint8_t>> blobs;
   std::vector<g::TensorInfo> tensors;
@@ -131,7 +132,8 @@ std::string write_tiny(const std::string& path) {
   m.add_raw("blk.0.attn_norm.weight", 0, {256}, std::vector<std::uint8_t>(256 * 4, 0));
   m.add("blk.0.attn_q.weight", Format::q4_K, 16, 256, 2);
   m.add("blk.0.ffn_down.weight", Format::q6_K, 16, 512, 3);
-  m.add_raw("blk.0.ffn_up.weight", 2 /* q4_0 */, {256, 4}, std::vector<std::uint8_t>(4 * 8 * 18));
+  m.add("blk.0.ffn_gate.weight", Format::q4_0, 16, 256, 5);
+  m.add_raw("blk.0.ffn_up.weight", 16 /* iq2_xxs */, {256, 4}, std::vector<std::uint8_t>(4 * 66));
   m.add("output.weight", Format::q8_0, 32, 256, 4);
   m.add_raw("blk.0.ffn_up_exps.weight", 0, {256, 2, 2}, std::vector<std::uint8_t>(256 * 4 * 4));
   std::vector<g::KeyValue> meta = {{"general.architecture", g::Value::string("llama")}};
@@ -145,7 +147,7 @@ TEST(DecodeStep, GgufStackFromFile) {
       env && *env ? std::string(env) : ::testing::TempDir() + "nibble_decode_tiny.gguf";
   write_tiny(path);
   const d::Stack s = d::load_gguf_stack(path);
-  ASSERT_EQ(s.linears.size(), 3u);
+  ASSERT_EQ(s.linears.size(), 4u);
   EXPECT_EQ(s.linears[0].name, "blk.0.attn_q.weight");
   EXPECT_EQ(s.linears[0].format, Format::q4_K);
   EXPECT_EQ(s.linears[0].rows, 16);
@@ -153,13 +155,15 @@ TEST(DecodeStep, GgufStackFromFile) {
   EXPECT_EQ(s.linears[1].name, "blk.0.ffn_down.weight");
   EXPECT_EQ(s.linears[1].format, Format::q6_K);
   EXPECT_EQ(s.linears[1].cols, 512);
-  EXPECT_EQ(s.linears[2].name, "output.weight");
-  EXPECT_EQ(s.linears[2].format, Format::q8_0);
-  // q4_K 16 x 144 + q6_K 16 x 2 x 210 + q8_0 32 x 8 x 34
-  EXPECT_EQ(s.bytes(), 16u * 144u + 16u * 420u + 32u * 272u);
+  EXPECT_EQ(s.linears[2].name, "blk.0.ffn_gate.weight");
+  EXPECT_EQ(s.linears[2].format, Format::q4_0);
+  EXPECT_EQ(s.linears[3].name, "output.weight");
+  EXPECT_EQ(s.linears[3].format, Format::q8_0);
+  // q4_K 16 x 144 + q6_K 16 x 2 x 210 + q4_0 16 x 8 x 18 + q8_0 32 x 8 x 34
+  EXPECT_EQ(s.bytes(), 16u * 144u + 16u * 420u + 16u * 144u + 32u * 272u);
   ASSERT_EQ(s.skipped.size(), 3u);
   EXPECT_NE(s.skipped[0].find("token_embd.weight"), std::string::npos);
-  EXPECT_NE(s.skipped[1].find("q4_0"), std::string::npos);
+  EXPECT_NE(s.skipped[1].find("iq2_xxs"), std::string::npos);
   EXPECT_NE(s.skipped[2].find("ffn_up_exps.weight (3-D"), std::string::npos);
 
   nibble::Context ctx;
@@ -170,7 +174,7 @@ TEST(DecodeStep, GgufStackFromFile) {
   d::detail::fill_random(x.data(), x.size(), 7, 1.0f);
   for (std::int64_t row = 0; row < 32; ++row) {
     double mag = 0;
-    const double ref = ref_dot(s.linears[2], row, x, &mag);
+    const double ref = ref_dot(s.linears[3], row, x, &mag);
     EXPECT_NEAR(r.y()[row], ref, 2e-2 * mag + 1e-6) << row;
   }
   EXPECT_GT(d::time_steps(r, 0.0, 2), 0.0);

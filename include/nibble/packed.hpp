@@ -3,8 +3,8 @@
 // The packed layout holds exactly the bytes of the GGUF layout, permuted. Rows are taken in
 // groups of kPackedGroupRows (16). For each full group and each block column b, the 16 blocks
 // b of the group's rows are stored together (16 * block_bytes bytes), field by field: the block
-// is cut into fields, each field into units (4 bytes; 2 for an fp16 scalar), and unit u of a
-// field of row i of the group lands at
+// is cut into fields, each field into units (4 bytes; 2 for an fp16 scalar, 1 for MXFP4's
+// exponent byte), and unit u of a field of row i of the group lands at
 //   16 * (bytes of the fields stored before it) + (16 * u + i) * unit_bytes
 // within the group's block. The fields, in storage order:
 //   q4_K, q5_K  the whole block (144, 176 bytes)
@@ -12,6 +12,11 @@
 //               4 (16 hh + 8 + k) .. + 3, qh bytes 4 (8 hh + k) .. + 3; then the 16 scales; then
 //               d (2-byte unit)
 //   q8_0        d (2-byte unit); then the 32 quants
+//   q4_0, iq4_nl  d (2-byte unit); then the 16 quant bytes
+//   q4_1        d and m (one 4-byte unit); then the 16 quant bytes
+//   q5_0        d (2-byte unit); then qh (4 bytes); then the 16 quant bytes
+//   q5_1        d and m (one 4-byte unit); then qh; then the 16 quant bytes
+//   mxfp4       e (1-byte unit); then the 16 quant bytes
 // (the order in which the kernels read them). The rows after the last full group keep
 // the plain GGUF layout, at the end. So a packed matrix has rows * row_bytes(f, cols) bytes, like
 // the plain one; it can be written to disk and mapped as it is, and unpack() gives back the GGUF

@@ -449,6 +449,84 @@ struct Q32Simd {
   }
 };
 
+/// A packed group block of a 32-value format (nibble/packed.hpp): block b of 16 rows, stored as
+/// the scale field (Q4_0 / Q5_0 / IQ4_NL: the 16 fp16 d; Q4_1 / Q5_1: 16 dwords d | m << 16;
+/// MXFP4: the 16 E8M0 bytes), Q5's 16 qh dwords, then the 16 quant bytes in 4 units of 64 bytes
+/// (unit u: bytes 4u..4u+3 of the 16 rows, one row per int32 lane). Sub-tile h: rows h L ..
+/// h L + L - 1, L = Tag::bytes / 4. Read by the packed GEMV (q32-packed-inl.hpp) and the GEMM
+/// tiles (Q32Rows::repack_packed).
+template <class Tag, Format F>
+struct Q32Packed {
+  using Fmt = Q32Fmt<F>;
+  static constexpr int kL = Tag::bytes / 4;
+  static constexpr int kQh = Fmt::kE8M0 ? 16 : Fmt::kMin ? 64 : 32;  ///< qh (Q5) after the scales
+  static constexpr int kQs = kQh + (Fmt::kQh >= 0 ? 64 : 0);         ///< the quant units
+  static constexpr std::size_t kGroupBlock = 16 * Fmt::kBytes;
+  static_assert(kQs + 4 * 64 == static_cast<int>(kGroupBlock), "the fields cover the block");
+
+  static VU32<Tag> unit(const std::uint8_t* p, int u, int h) {
+    return loadu<std::uint32_t, Tag>(p + 64 * u + h * Tag::bytes);
+  }
+
+  /// The weight scales of the sub-tile's rows (MXFP4: 2^(e - 128), as Q32Simd::wscale).
+  static VF<Tag> scale(const std::uint8_t* gb, int h) {
+    if constexpr (Fmt::kE8M0) {
+      const VU32<Tag> e = as<std::uint32_t>(widen_i8_i32<Tag>(gb + kL * h)) & VU32<Tag>(0xFFu);
+      return as<float>(xsimd::select(e < VU32<Tag>(2u), VU32<Tag>(0x00200000u) + (e << 21),
+                                     (e - VU32<Tag>(1u)) << 23));
+    } else if constexpr (Fmt::kMin) {
+      return h2f_lo16<Tag>(unit(gb, 0, h));
+    } else {
+      return load_f16<Tag>(gb + 2 * kL * h);
+    }
+  }
+  /// Q4_1 / Q5_1: the mins of the sub-tile's rows.
+  static VF<Tag> min(const std::uint8_t* gb, int h) { return h2f_lo16<Tag>(unit(gb, 0, h) >> 16); }
+
+  /// The kernel levels (those of Q32Simd::levels) of quant unit u of the sub-tile's rows: lo of
+  /// values 4u..4u+3, hi of values 16 + 4u ...
+  static void levels(const std::uint8_t* gb, int h, int u, const VI8<Tag>& tbl, VU8<Tag>& lo,
+                     VU8<Tag>& hi) {
+    const VU32<Tag> m4(0x0F0F0F0Fu);
+    const VU32<Tag> q = unit(gb + kQs, u, h);
+    const VU32<Tag> l = q & m4, hh = (q >> 4) & m4;
+    if constexpr (Fmt::kQh >= 0) {
+      // The fifth bits: qh bits 4u + k (lo) and 16 + 4u + k (hi) of each row to bit 4 of byte
+      // k of its lane. A byte shuffle puts qh byte u / 2 (lo) or 2 + u / 2 (hi) of the lane's
+      // dword in all four of its bytes; byte k then tests bit 4 (u % 2) + k.
+      struct Pat {
+        alignas(64) std::uint8_t idx[4][64], bit[2][64];
+        constexpr Pat() : idx{}, bit{} {
+          for (int i = 0; i < 64; ++i) {
+            for (int p = 0; p < 4; ++p) idx[p][i] = static_cast<std::uint8_t>((i % 16) / 4 * 4 + p);
+            for (int s = 0; s < 2; ++s)
+              bit[s][i] = static_cast<std::uint8_t>(1u << (4 * s + i % 4));
+          }
+        }
+      };
+      static constexpr Pat kP{};
+      const VI8<Tag> qh = as<std::int8_t>(unit(gb + kQh, 0, h));
+      const VU8<Tag> bit = loadu<std::uint8_t, Tag>(kP.bit[u % 2]),
+                     b4(static_cast<std::uint8_t>(0x10));
+      const VU8<Tag> rl =
+          as<std::uint8_t>(lookup16<Tag>(qh, loadu<std::uint8_t, Tag>(kP.idx[u / 2])));
+      const VU8<Tag> rh =
+          as<std::uint8_t>(lookup16<Tag>(qh, loadu<std::uint8_t, Tag>(kP.idx[2 + u / 2])));
+      const VU8<Tag> zero(static_cast<std::uint8_t>(0));
+      const VU8<Tag> l8 = as<std::uint8_t>(l), h8 = as<std::uint8_t>(hh);
+      lo = xsimd::select((rl & bit) != zero, l8 + b4, l8);
+      hi = xsimd::select((rh & bit) != zero, h8 + b4, h8);
+    } else {
+      lo = as<std::uint8_t>(l);
+      hi = as<std::uint8_t>(hh);
+    }
+    if constexpr (Fmt::kCode != Q32Code::level) {
+      lo = as<std::uint8_t>(lookup16<Tag>(tbl, lo));
+      hi = as<std::uint8_t>(lookup16<Tag>(tbl, hi));
+    }
+  }
+};
+
 /// The RowsGemm policy of a 32-value format: an engine block is one GEMV step (G blocks), each
 /// block a sub-block with its own weight and activation scales. The levels of L rows are made
 /// by the GEMV's `levels` per row and transposed; the activation extra is -kOff * sum(a) per
@@ -511,6 +589,36 @@ struct Q32Rows {
       }
     }
   }
+
+  /// Tile of engine block eb read from the packed layout: `gb` is the group block of the
+  /// format's block kG * eb (Q32Packed; the next kG - 1 follow), `h` the sub-tile.
+  template <class T>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t eb, std::int64_t cols,
+                            VU8<T>* lv, VF<T>* fs, VF<T>* fm) {
+    static_assert(std::is_same<T, Tag>::value, "one tag per policy");
+    using P = Q32Packed<T, F>;
+    const VI8<T> tbl = S::table();
+    for (int k = 0; k < kG; ++k) {
+      const std::uint8_t* b = gb + k * P::kGroupBlock;
+      if (eb * kG + k >= cols / 32) {  // past the row: no products
+        for (int j = 0; j < 8; ++j) lv[8 * k + j] = VU8<T>(static_cast<std::uint8_t>(0));
+        fs[k] = fm[k] = VF<T>(0.0f);
+        continue;
+      }
+      for (int u = 0; u < 4; ++u) P::levels(b, h, u, tbl, lv[8 * k + u], lv[8 * k + 4 + u]);
+      fs[k] = P::scale(b, h);
+      if constexpr (Fmt::kMin) {
+        fm[k] = P::min(b, h);
+      } else {
+        fm[k] = fs[k] * VF<T>(static_cast<float>(-S::kOff));
+      }
+    }
+  }
+  /// Bytes of one plain row (a packed group spans 16 of them).
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 32) * Fmt::kBytes;
+  }
+  static constexpr std::size_t kBlockBytes = kG * Fmt::kBytes;
 
   /// Activations: the plain blocks at the start of a relayout row; blocks past the row are 0.
   static void act(const std::uint8_t* arow, std::int64_t cols, std::int64_t eb, std::int8_t* qs,

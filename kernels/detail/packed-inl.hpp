@@ -26,6 +26,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/q32-packed-inl.hpp"
 #include "nibble/kernels/detail/q45-packed-inl.hpp"
 #include "nibble/kernels/detail/q6-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
@@ -181,6 +182,18 @@ void register_packed(KernelTable& t) {
     using NoRelayout = void (*)(const void*, std::int64_t, void*);
     set(Format::q6_K, &PackedQ6<Tag>::gemm, NoBytes{}, NoRelayout{});
     set(Format::q8_0, &PackedQ8_0<Tag>::gemm, &Q8_0Simd<Tag>::act_bytes, &Q8_0Simd<Tag>::relayout);
+    set(Format::q4_0, &PackedQ32<Tag, Format::q4_0>::gemm, &PackedQ32<Tag, Format::q4_0>::act_bytes,
+        &PackedQ32<Tag, Format::q4_0>::relayout);
+    set(Format::q4_1, &PackedQ32<Tag, Format::q4_1>::gemm, &PackedQ32<Tag, Format::q4_1>::act_bytes,
+        &PackedQ32<Tag, Format::q4_1>::relayout);
+    set(Format::q5_0, &PackedQ32<Tag, Format::q5_0>::gemm, &PackedQ32<Tag, Format::q5_0>::act_bytes,
+        &PackedQ32<Tag, Format::q5_0>::relayout);
+    set(Format::q5_1, &PackedQ32<Tag, Format::q5_1>::gemm, &PackedQ32<Tag, Format::q5_1>::act_bytes,
+        &PackedQ32<Tag, Format::q5_1>::relayout);
+    set(Format::iq4_nl, &PackedQ32<Tag, Format::iq4_nl>::gemm,
+        &PackedQ32<Tag, Format::iq4_nl>::act_bytes, &PackedQ32<Tag, Format::iq4_nl>::relayout);
+    set(Format::mxfp4, &PackedQ32<Tag, Format::mxfp4>::gemm,
+        &PackedQ32<Tag, Format::mxfp4>::act_bytes, &PackedQ32<Tag, Format::mxfp4>::relayout);
   }
 #else
   (void)t;

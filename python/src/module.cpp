@@ -248,7 +248,8 @@ Weights weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
 Weights packed_weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
   if (!nibble::packable(f)) {
     value_error(std::string("packed=True: format ") + nibble::traits(f).name +
-                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K)");
+                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, "
+                "iq4_nl, mxfp4)");
   }
   return weight_bytes(w_obj, f, cols);
 }
@@ -313,7 +314,8 @@ py::array permute(const py::handle& b_obj, const std::string& format,
   const Format f = parse_format(format);
   if (!nibble::packable(f)) {
     value_error(std::string(to_packed ? "pack" : "unpack") + ": format " + nibble::traits(f).name +
-                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K)");
+                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, "
+                "iq4_nl, mxfp4)");
   }
   U8Array b = as_blocks(b_obj, what);
   const auto t = nibble::traits(f);
@@ -487,7 +489,9 @@ PYBIND11_MODULE(_nibble, m) {
         "(n, cols). Returns float32 (n, rows).");
   m.def(
       "packable", [](const std::string& format) { return nibble::packable(parse_format(format)); },
-      py::arg("format"), "True if `format` has a packed layout (q8_0, q4_K, q5_K, q6_K).");
+      py::arg("format"),
+      "True if `format` has a packed layout (q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, "
+      "iq4_nl, mxfp4).");
   m.def(
       "pack",
       [](const py::handle& b, const std::string& format, const std::optional<std::int64_t>& cols,

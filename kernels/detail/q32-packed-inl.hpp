@@ -1,0 +1,145 @@
+// nibble: Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 GEMV on packed (row-interleaved) weights
+// (nibble/packed.hpp), written once for every SIMD tag over xsimd batches and the helpers of
+// intrin-*.hpp.
+//
+// A group block (Q32Packed in legacy-q-inl.hpp) holds block b of 16 rows; a register loaded at
+// quant unit u holds bytes 4u..4u+3 of L = Tag::bytes / 4 rows, one row per int32 lane: their low
+// nibbles are values 4u..4u+3, their high nibbles values 16 + 4u... Per unit, two int8 dots
+// against broadcast activation dwords of the plain Q8_0 / Q8_1 block (no re-ordering, no
+// shuffles); per block and sub-tile, one conversion and one fma with the rows' scales (a second
+// one for the mins of Q4_1 / Q5_1). The integer scheme and its exactness are those of the plain
+// body (legacy-q-inl.hpp): levels are unsigned with the offset -kOff * sum(a) as the starting
+// value of each sum, IQ4_NL's signed code book goes through S8Dot.
+// GEMM (n >= 4): the rows engine with tiles read straight from the packed bytes
+// (Q32Rows::repack_packed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/legacy-q-inl.hpp"
+#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+template <class Tag, Format F>
+struct PackedQ32 {
+  using Fmt = Q32Fmt<F>;
+  using S = Q32Simd<Tag, F>;
+  using P = Q32Packed<Tag, F>;
+  using ActBlk = Q32Act<F>;
+  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  static constexpr std::size_t kGroupBlock = P::kGroupBlock;
+  static constexpr int kStreams = 2;  ///< see packed_gemv
+  /// int32 sums per unit (VNNI, sdot, and IQ4_NL's S8Dot), or int16 pair sums over kDepthU
+  /// units (pmaddubsw: Q32Rows' bound, two slots per unit) widened once.
+  static constexpr bool kInt32 = Tag::vnni || Tag::dotprod || S::kSigned;
+  static constexpr int kDepthU = kInt32 ? 1 : Q32Rows<Tag, F>::template kDepth<Tag> / 2;
+
+  /// Per activation block: d_a as fp32, the offset term -kOff * sum(a) and (Q8_1) s.
+  struct Prep {
+    float d;
+    std::int32_t init;
+    float s, pad;
+  };
+  using Row = SplitRow<ActBlk, Prep, 32>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const ActBlk*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 32; ++b) {
+      const auto* blk = reinterpret_cast<const std::uint8_t*>(&in[b]);
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + S::kAq);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += q[j];
+      p[b].d = half_to_float(ld_u16(blk));
+      p[b].init = -S::kOff * sum;
+      p[b].s = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
+      p[b].pad = 0.0f;
+    }
+  }
+
+  /// The GEMV pieces of packed_gemv.
+  struct Act {
+    const std::uint8_t* a;  ///< the plain activation blocks
+    const Prep* p;
+  };
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return {A, Row::prep(A, cols)}; }
+  struct State {
+    VF<Tag> acc[kH];
+    State() {
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
+    }
+  };
+  static std::int64_t blocks(std::int64_t cols) { return cols / 32; }
+  static void store(const State& st, float* y) {
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
+  }
+
+  static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
+    if constexpr (S::kSigned) return S8Dot<Tag>::dot_prepped(acc, as<std::int8_t>(lv), a);
+    return dot_u8s8<Tag>(acc, lv, a);
+  }
+
+  /// One group block (block b of the 16 rows) into the state.
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
+                                                  std::int64_t b, State& st) {
+    const std::uint8_t* aq = act.a + static_cast<std::size_t>(b) * sizeof(ActBlk) + S::kAq;
+    const Prep& pb = act.p[b];
+    const VF<Tag> da(pb.d);
+    const VI8<Tag> tbl = S::table();
+    for (int h = 0; h < kH; ++h) {
+      VI32<Tag> isum(pb.init);
+      if constexpr (kInt32) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          VU8<Tag> lo, hi;
+          P::levels(gb, h, u, tbl, lo, hi);
+          isum = dot(isum, lo, bcast4<Tag>(aq + 4 * u));
+          isum = dot(isum, hi, bcast4<Tag>(aq + 16 + 4 * u));
+        }
+      } else {
+        for (int u0 = 0; u0 < 4; u0 += kDepthU) {
+          VI16<Tag> s16(0);
+#pragma GCC unroll 4
+          for (int u = u0; u < u0 + kDepthU; ++u) {
+            VU8<Tag> lo, hi;
+            P::levels(gb, h, u, tbl, lo, hi);
+            s16 = s16 + madd_u8s8<Tag>(lo, bcast4<Tag>(aq + 4 * u)) +
+                  madd_u8s8<Tag>(hi, bcast4<Tag>(aq + 16 + 4 * u));
+          }
+          isum = isum + madd_i16<Tag>(s16, VI16<Tag>(static_cast<std::int16_t>(1)));
+        }
+      }
+      st.acc[h] = fmadd<Tag>(xsimd::to_float(isum), P::scale(gb, h) * da, st.acc[h]);
+      if constexpr (Fmt::kMin) st.acc[h] = fmadd<Tag>(P::min(gb, h), VF<Tag>(pb.s), st.acc[h]);
+    }
+  }
+
+  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows (as the plain
+  /// q32_gemm), the rows engine from there.
+  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    constexpr std::int64_t kRowsMinN = 4;
+    const auto* p = static_cast<const std::uint8_t*>(Pv);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n >= kRowsMinN)
+      return RowsGemm<Tag, Q32Rows<Tag, F>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+    for (std::int64_t j = 0; j < n; ++j)
+      packed_gemv<PackedQ32>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels
