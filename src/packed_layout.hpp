@@ -59,6 +59,8 @@ inline const PackLayout* pack_layout(Format f) {
   static const PackLayout q5_0{3, {{0, 2, 2}, {2, 4, 4}, {6, 16, 4}}};  // d | qh | qs
   static const PackLayout q5_1{3, {{0, 4, 4}, {4, 4, 4}, {8, 16, 4}}};  // d and m | qh | qs
   static const PackLayout mxfp4{2, {{0, 1, 1}, {1, 16, 4}}};            // e | qs
+  static const PackLayout q2_K{1, {{0, 84, 4}}};                        // the whole block
+  static const PackLayout q3_K{2, {{0, 108, 4}, {108, 2, 2}}};          // all but d | d
   switch (f) {
     case Format::q4_K:
       return &q4_K;
@@ -79,6 +81,10 @@ inline const PackLayout* pack_layout(Format f) {
       return &q5_1;
     case Format::mxfp4:
       return &mxfp4;
+    case Format::q2_K:
+      return &q2_K;
+    case Format::q3_K:
+      return &q3_K;
     default:
       return nullptr;
   }

@@ -25,9 +25,9 @@ using nibble::test::KernelTest;
 
 constexpr double kRtol = 2e-5;
 constexpr double kAtol = 1e-30;
-const Format kPackable[] = {Format::q4_K,   Format::q5_K, Format::q6_K, Format::q8_0,
-                            Format::q4_0,   Format::q4_1, Format::q5_0, Format::q5_1,
-                            Format::iq4_nl, Format::mxfp4};
+const Format kPackable[] = {Format::q4_K, Format::q5_K, Format::q6_K,   Format::q8_0,
+                            Format::q4_0, Format::q4_1, Format::q5_0,   Format::q5_1,
+                            Format::q2_K, Format::q3_K, Format::iq4_nl, Format::mxfp4};
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 g(seed);
@@ -84,7 +84,9 @@ std::size_t packed_offset(Format f, std::size_t k, int i) {
       return at(0, 4);
     case Format::mxfp4:  // the E8M0 byte (a 1-byte unit), then 16 quant bytes
       return k < 1 ? at(0, 1) : at(1, 4);
-    default:  // q4_K, q5_K: the whole block in 4-byte units
+    case Format::q3_K:  // all but d in 4-byte units, then d (fp16)
+      return k < 108 ? at(0, 4) : at(108, 2);
+    default:  // q4_K, q5_K, q2_K: the whole block in 4-byte units
       return at(0, 4);
   }
 }
@@ -151,14 +153,14 @@ TEST(Packed, BadInputThrowsAndWritesNothing) {
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), -1, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, nullptr, rows, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, cols, nullptr), nibble::Error);
-  EXPECT_THROW(nibble::unpack(ctx, Format::q2_K, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::unpack(ctx, Format::nf4, W.data(), rows, cols, out.data()), nibble::Error);
   EXPECT_EQ(out, untouched);
   std::vector<std::uint8_t> buf = W;  // in-place / overlapping buffers are refused
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, buf.data(), rows, cols, buf.data() + 64),
                nibble::Error);
   EXPECT_EQ(buf, W);
   EXPECT_THROW(nibble::PackedWeights::view(Format::q4_K, nullptr, rows, cols), nibble::Error);
-  EXPECT_THROW(nibble::PackedWeights::view(Format::q2_K, W.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::PackedWeights::view(Format::nf4, W.data(), rows, cols), nibble::Error);
   const nibble::PackedWeights v = nibble::PackedWeights::view(Format::q4_K, W.data(), rows, cols);
   EXPECT_FALSE(v.owns());
   std::vector<float> x(cols, 1.0f), y(rows, 7.0f);

@@ -602,23 +602,6 @@ inline void kq_transpose_at(const std::uint8_t* const* rows, std::int64_t b, int
   transpose_i32<Tag>(r);
 }
 
-/// The Q2_K / Q3_K 2-bit levels of block b of kL rows, transposed into slots (lane i: row i):
-/// slot j holds the levels of values 4j .. 4j + 3. QsOff: offset of qs in the block.
-template <class Tag, class Block, int QsOff>
-inline void kq_levels2(const std::uint8_t* const* rows, std::int64_t b, VU32<Tag>* slot) {
-  constexpr int kL = Tag::bytes / 4;
-  const VU32<Tag> m3(0x03030303u);
-  for (int ch = 0; ch < 64 / (4 * kL); ++ch) {
-    VI32<Tag> r[kL];
-    kq_transpose_at<Tag, Block>(rows, b, QsOff + 4 * kL * ch, r);
-    for (int k = 0; k < kL; ++k) {
-      const int m = kL * ch + k;  // qs dword: half m / 8, values 128 h + 32 g + 4 (m % 8)
-      for (int g = 0; g < 4; ++g)
-        slot[32 * (m / 8) + 8 * g + m % 8] = (as<std::uint32_t>(r[k]) >> (2 * g)) & m3;
-    }
-  }
-}
-
 /// The kL rows' fp16 at byte offset `off` of block b as floats (lane i: row i).
 template <class Tag, class Block>
 inline VF<Tag> kq_rows_f16(const std::uint8_t* const* rows, std::int64_t b, int off) {
@@ -628,6 +611,65 @@ inline VF<Tag> kq_rows_f16(const std::uint8_t* const* rows, std::int64_t b, int 
     h[i] = ld_u16(
         reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const Block*>(rows[i]) + b) + off);
   return h2f_lo16<Tag>(VU32<Tag>::load_aligned(h));
+}
+
+/// Where the GEMM policies of Q2_K / Q3_K read block b of a tile of kL rows (lane i: row i):
+/// the plain rows (dwords transposed) ...
+template <class Tag, class Block>
+struct KqPlainSrc {
+  const std::uint8_t* const* rows;
+  std::int64_t b;
+  /// r[k] = dword off / 4 + k of the rows' blocks, k < kL (within the block).
+  void dwords(int off, VI32<Tag>* r) const { kq_transpose_at<Tag, Block>(rows, b, off, r); }
+  /// The dword at byte offset `off` (4-aligned) of the rows' blocks.
+  VU32<Tag> dword(int off) const {
+    constexpr int kL = Tag::bytes / 4;
+    alignas(64) std::uint32_t w[kL];
+    for (int i = 0; i < kL; ++i)
+      std::memcpy(
+          &w[i],
+          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const Block*>(rows[i]) + b) + off,
+          4);
+    return VU32<Tag>::load_aligned(w);
+  }
+  VF<Tag> f16(int off) const { return kq_rows_f16<Tag, Block>(rows, b, off); }
+};
+
+/// ... or a packed group block (nibble/packed.hpp: the bytes before `two` in 4-byte units, from
+/// `two` on in 2-byte units), sub-tile h: no transpose.
+template <class Tag>
+struct KqPackedSrc {
+  const std::uint8_t* gb;
+  int h, two;
+  VU32<Tag> dword(int off) const {
+    return loadu<std::uint32_t, Tag>(gb + 16 * off + h * Tag::bytes);
+  }
+  void dwords(int off, VI32<Tag>* r) const {
+    for (int k = 0; k < Tag::bytes / 4; ++k) r[k] = as<std::int32_t>(dword(off + 4 * k));
+  }
+  VF<Tag> f16(int off) const {
+    if (off >= two) return load_f16<Tag>(gb + 16 * off + Tag::bytes / 2 * h);
+    const VU32<Tag> w = dword(off & ~3);
+    return h2f_lo16<Tag>(off % 4 ? w >> 16 : w);
+  }
+};
+
+/// The Q2_K / Q3_K 2-bit levels of a tile's block (from a KqPlainSrc / KqPackedSrc), into slots
+/// (lane i: row i): slot j holds the levels of values 4j .. 4j + 3. QsOff: offset of qs in the
+/// block.
+template <class Tag, int QsOff, class Src>
+inline void kq_levels2(const Src& src, VU32<Tag>* slot) {
+  constexpr int kL = Tag::bytes / 4;
+  const VU32<Tag> m3(0x03030303u);
+  for (int ch = 0; ch < 64 / (4 * kL); ++ch) {
+    VI32<Tag> r[kL];
+    src.dwords(QsOff + 4 * kL * ch, r);
+    for (int k = 0; k < kL; ++k) {
+      const int m = kL * ch + k;  // qs dword: half m / 8, values 128 h + 32 g + 4 (m % 8)
+      for (int g = 0; g < 4; ++g)
+        slot[32 * (m / 8) + 8 * g + m % 8] = (as<std::uint32_t>(r[k]) >> (2 * g)) & m3;
+    }
+  }
 }
 
 /// The Q2_K policy of the integer GEMM engine: unsigned 2-bit levels; per sub-block
@@ -643,14 +685,29 @@ struct Q2Rows {
   template <class Tag>
   static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
                      VF<Tag>* fs, VF<Tag>* fm) {
+    tile<Tag>(KqPlainSrc<Tag, BlockQ2_K>{rows, b}, lv, fs, fm);
+  }
+  /// Tile of block b read from the packed layout (the whole block in 4-byte units).
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
+    tile<Tag>(KqPackedSrc<Tag>{gb, h, 84}, lv, fs, fm);
+  }
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(BlockQ2_K);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ2_K);
+
+  template <class Tag, class Src>
+  static void tile(const Src& src, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
     constexpr int kL = Tag::bytes / 4;
     VU32<Tag> slot[64];
-    kq_levels2<Tag, BlockQ2_K, 16>(rows, b, slot);
+    kq_levels2<Tag, 16>(src, slot);
     for (int j = 0; j < 64; ++j) lv[j] = as<std::uint8_t>(slot[j]);
     VI32<Tag> r[kL < 4 ? 4 : kL];
-    kq_transpose_at<Tag, BlockQ2_K>(rows, b, 0, r);  // scales: dwords 0..3
-    const VF<Tag> d = kq_rows_f16<Tag, BlockQ2_K>(rows, b, 80);
-    const VF<Tag> ndmin = -kq_rows_f16<Tag, BlockQ2_K>(rows, b, 82);
+    src.dwords(0, r);  // scales: dwords 0..3
+    const VF<Tag> d = src.f16(80);
+    const VF<Tag> ndmin = -src.f16(82);
     const VU32<Tag> kff(0xFFu);
     for (int s = 0; s < 16; ++s) {
       const VU32<Tag> c = (as<std::uint32_t>(r[s / 4]) >> (8 * (s % 4))) & kff;
@@ -686,14 +743,29 @@ struct Q3Rows {
   template <class Tag>
   static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
                      VF<Tag>* fs, VF<Tag>* fm) {
+    tile<Tag>(KqPlainSrc<Tag, BlockQ3_K>{rows, b}, lv, fs, fm);
+  }
+  /// Tile of block b read from the packed layout (bytes 0..107 in 4-byte units, then d).
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
+    tile<Tag>(KqPackedSrc<Tag>{gb, h, 108}, lv, fs, fm);
+  }
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(BlockQ3_K);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(BlockQ3_K);
+
+  template <class Tag, class Src>
+  static void tile(const Src& src, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
     constexpr int kL = Tag::bytes / 4;
     VU32<Tag> slot[64];
-    kq_levels2<Tag, BlockQ3_K, 32>(rows, b, slot);
+    kq_levels2<Tag, 32>(src, slot);
     // High bits: hmask dword l / 4 (l = value % 32), bit 4 h + g for value 128 h + 32 g + l.
     const VU32<Tag> m1(0x01010101u);
     for (int ch = 0; ch < 32 / (4 * kL) || ch == 0; ++ch) {
       VI32<Tag> r[kL];
-      kq_transpose_at<Tag, BlockQ3_K>(rows, b, 4 * kL * ch, r);
+      src.dwords(4 * kL * ch, r);
       for (int k = 0; k < kL && kL * ch + k < 8; ++k) {
         const int c = kL * ch + k;  // hmask dword: values with l = 4c .. 4c + 3
         const VU32<Tag> hm = as<std::uint32_t>(r[k]);
@@ -705,15 +777,8 @@ struct Q3Rows {
       }
     }
     // Scales: the 12 bytes at 96 as three dwords per row (lane i: row i), d at 108.
-    alignas(64) std::uint32_t sw[3][kL];
-    for (int i = 0; i < kL; ++i) {
-      const auto* blk =
-          reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const BlockQ3_K*>(rows[i]) + b);
-      for (int w = 0; w < 3; ++w) std::memcpy(&sw[w][i], blk + 96 + 4 * w, 4);
-    }
-    const VU32<Tag> s0 = VU32<Tag>::load_aligned(sw[0]), s1 = VU32<Tag>::load_aligned(sw[1]),
-                    s2 = VU32<Tag>::load_aligned(sw[2]);
-    const VF<Tag> d = kq_rows_f16<Tag, BlockQ3_K>(rows, b, 108);
+    const VU32<Tag> s0 = src.dword(96), s1 = src.dword(100), s2 = src.dword(104);
+    const VF<Tag> d = src.f16(108);
     const VU32<Tag> k0f(0x0Fu), k3(3u);
     for (int j = 0; j < 16; ++j) {
       const VU32<Tag> lo = j < 8 ? ((j < 4 ? s0 : s1) >> (8 * (j % 4))) & k0f

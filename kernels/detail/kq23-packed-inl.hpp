@@ -1,0 +1,250 @@
+// nibble: Q2_K / Q3_K GEMV on packed (row-interleaved) weights (nibble/packed.hpp), written once
+// for every SIMD tag over xsimd batches and the helpers of intrin-*.hpp.
+//
+// A group block holds block b of 16 rows in 4-byte units (Q3_K: its d in 2-byte units after
+// them); a register loaded at unit u holds that unit of L = Tag::bytes / 4 rows, one row per
+// int32 lane. qs unit k (qs bytes 4k..4k+3, half hh = k / 8, position l0 = 4 (k % 8)) holds, at
+// shift 2g, the 2-bit levels of values 128 hh + 32 g + l0 .. + 3, of sub-block 8 hh + 2 g + l0 /
+// 16; Q3_K's high bits of those values are bit 4 hh + g of the bytes of hmask unit l0 / 4. Per qs
+// unit and shift, one int8 dot against a broadcast activation dword of the plain Q8_K block (no
+// re-ordering); per sub-block the int32 sum times the rows' scales (one multiply for L rows); per
+// block one float step (Q2_K: two, the mins term being four int8 dots of the mins against the
+// activation sub-block sums split into bytes). Integer sums are exact (the scheme of
+// kq23-inl.hpp), only the float steps per block depend on the ISA.
+// GEMM (n >= 4): the rows engine with tiles read straight from the packed bytes
+// (Q2Rows / Q3Rows::repack_packed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/formats/q2_k.hpp"
+#include "nibble/formats/q3_k.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/kq23-inl.hpp"
+#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+/// What the packed Q2_K and Q3_K bodies share. Q3 selects the format.
+template <class Tag, bool Q3>
+struct PackedKq23 {
+  using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
+  static constexpr int kStreams = 2;      ///< see packed_gemv
+  static constexpr int kQs = Q3 ? 8 : 4;  ///< the first qs unit
+  /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:
+  /// 4 * 2 * 7 * 128 < 2^15) widened once.
+  static constexpr bool kInt32 = Tag::vnni || Tag::dotprod;
+  /// Q2_K with VNNI: the levels of shift g taken as q & (3 << 2g), i.e. 4^g times the level
+  /// (at most 192, a valid unsigned byte), and the exact int32 sums shifted back: one operation
+  /// per register instead of two.
+  static constexpr bool kHiTrick = !Q3 && Tag::vnni;
+
+  /// Per activation block: Q2_K, the 16 sub-block sums split as 128 h + l (l in [0, 127], h in
+  /// [-16, 15]) for the mins term; Q3_K, -4 times the sums of sub-blocks 4c + t and 4c + t + 2
+  /// as an int16 pair (|4 bsum| <= 4 * 16 * 128 < 2^15) for the level offset.
+  struct Prep {
+    std::int8_t l[16], h[16];
+    std::int32_t off[4][2];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 256; ++b) {
+      for (int j = 0; j < 16; ++j) {
+        const int s = in[b].bsums[j];  // |s| <= 16 * 128
+        p[b].l[j] = static_cast<std::int8_t>(s & 127);
+        p[b].h[j] = static_cast<std::int8_t>(s >> 7);  // floor division
+      }
+      for (int c = 0; c < 4; ++c)
+        for (int t = 0; t < 2; ++t) {
+          const auto lo = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t]);
+          const auto hi = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t + 2]);
+          p[b].off[c][t] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
+        }
+    }
+  }
+
+  struct Act {
+    const BlockQ8_K* a;
+    const Prep* p;
+  };
+  static Act act(const std::uint8_t* A, std::int64_t cols) {
+    return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
+  }
+  struct State {
+    VF<Tag> acc[kH];
+    State() {
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
+    }
+  };
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+  static void store(const State& st, float* y) {
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
+  }
+
+  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
+    return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
+  }
+
+  /// The unsigned levels of qs unit K at shift G (Q3_K: with the high bit from hmask).
+  template <int K, int G>
+  static VU8<Tag> level(const std::uint8_t* gb, int h) {
+    const VU32<Tag> q = unit(gb, kQs + K, h);
+    if constexpr (kHiTrick) {
+      return as<std::uint8_t>(q & VU32<Tag>(0x03030303u << (2 * G)));
+    } else {
+      VU32<Tag> lv = (q >> (2 * G)) & VU32<Tag>(0x03030303u);
+      if constexpr (Q3) {
+        const VU32<Tag> hm = unit(gb, K % 8, h);  // hmask bytes 4 (K % 8) ..: bit 4 hh + G
+        constexpr int kS = 4 * (K / 8) + G - 2;   // that bit to bit 2
+        const VU32<Tag> hb = kS >= 0 ? hm >> (kS >= 0 ? kS : 0) : hm << (kS < 0 ? -kS : 0);
+        lv = lv | (hb & VU32<Tag>(0x04040404u));
+      }
+      return as<std::uint8_t>(lv);
+    }
+  }
+
+  /// Q3_K with VNNI: the level of qs unit K at shift G times 2^kP3<K, G> (at most 7 * 32, a
+  /// valid unsigned byte), placed where the hmask bit already is, so that the bit needs no
+  /// shift (or one, for the two lowest shifts of the first half); the exact int32 sums are
+  /// shifted back.
+  template <int K, int G>
+  static constexpr int kP3 = 4 * (K / 8) + G - 2 > 0 ? 4 * (K / 8) + G - 2 : 0;
+  template <int K, int G>
+  static VU8<Tag> level_scaled(const std::uint8_t* gb, int h) {
+    constexpr int kP = kP3<K, G>, kD = kP - 2 * G, kE = kP + 2 - (4 * (K / 8) + G);
+    const VU32<Tag> q = unit(gb, kQs + K, h), hm = unit(gb, K % 8, h);
+    const VU32<Tag> qs = kD >= 0 ? q << (kD >= 0 ? kD : 0) : q >> (kD < 0 ? -kD : 0);
+    const VU32<Tag> hs = hm << kE;  // kE >= 0
+    return as<std::uint8_t>((qs & VU32<Tag>(0x03030303u << kP)) |
+                            (hs & VU32<Tag>(0x04040404u << kP)));
+  }
+
+  /// The 16 sub-block scales of the sub-tile's rows as int16 pairs (Q2_K: 0..15, Q3_K:
+  /// -32..31): lane r of p[c][e] holds the scales of sub-blocks 4c + e and 4c + e + 2 of row r.
+  static void scale_pairs(const std::uint8_t* gb, int h, VI16<Tag> (&p)[4][2]) {
+    const VU32<Tag> k0f(0x0F0F0F0Fu), kw(0x00FF00FFu);
+    for (int c = 0; c < 4; ++c) {
+      VU32<Tag> sb;  // byte j: the (unsigned) scale of sub-block 4c + j
+      if constexpr (Q3) {
+        // low 4 bits: bytes 0..7 (sub-blocks 0..7) low nibbles, then the same bytes' high
+        // nibbles (8..15); high 2 bits: bits 2c..2c+1 of bytes 8..11
+        const VU32<Tag> lo = unit(gb, 24 + c % 2, h) >> (4 * (c / 2));
+        const VU32<Tag> hi = (unit(gb, 26, h) >> (2 * c)) & VU32<Tag>(0x03030303u);
+        sb = (lo & k0f) | (hi << 4);
+      } else {
+        sb = unit(gb, c, h) & k0f;
+      }
+      for (int e = 0; e < 2; ++e) {
+        p[c][e] = as<std::int16_t>((e ? sb >> 8 : sb) & kw);
+        if constexpr (Q3) p[c][e] = p[c][e] - VI16<Tag>(static_cast<std::int16_t>(32));
+      }
+    }
+  }
+
+  /// The integer sum of sub-block 8 hh + 2 G + t (qs units 8 hh + 4 t .. + 3 at shift G) of the
+  /// sub-tile's rows against the activations `as_` (its 16 values), without Q3_K's -4 offset:
+  /// |sum| <= 16 * 7 * 128 < 2^15.
+  template <int HH, int G, int T>
+  static VI32<Tag> sub_sum(const std::uint8_t* gb, int h, const std::uint8_t* as_) {
+    constexpr int k0 = 8 * HH + 4 * T;
+    VI32<Tag> s(0);
+    if constexpr (Q3 && Tag::vnni) {
+      static_for<4>([&](auto kc) {
+        constexpr int k = decltype(kc)::value;
+        s = dot_u8s8<Tag>(s, level_scaled<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+      });
+      return s >> kP3<k0, G>;  // exact: a multiple of 2^kP3
+    } else if constexpr (kInt32) {
+      static_for<4>([&](auto kc) {
+        constexpr int k = decltype(kc)::value;
+        s = dot_u8s8<Tag>(s, level<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+      });
+      return kHiTrick ? s >> (2 * G) : s;  // exact: a multiple of 4^G
+    } else {
+      VI16<Tag> s16(0);
+      static_for<4>([&](auto kc) {
+        constexpr int k = decltype(kc)::value;
+        s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+      });
+      return madd_i16<Tag>(s16, VI16<Tag>(static_cast<std::int16_t>(1)));
+    }
+  }
+
+  /// One group block (block b of the 16 rows) into the state. The sums of sub-blocks sb and
+  /// sb + 2 (shifts G and G + 1) go as an int16 pair into one pmaddwd / vpdpwssd with their
+  /// scales; Q3_K's offset term, sum_sb sc[sb] (-4 bsum[sb]), is one more per pair.
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
+                                                  std::int64_t b, State& st) {
+    const BlockQ8_K& ab = act.a[b];
+    const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
+    const Prep& pb = act.p[b];
+    const VF<Tag> da(ab.d);
+    const VU32<Tag> klo(0xFFFFu);
+    for (int h = 0; h < kH; ++h) {
+      VI16<Tag> sp[4][2];
+      scale_pairs(gb, h, sp);
+      VI32<Tag> tot(0);
+      static_for<8>([&](auto ic) {  // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
+        constexpr int i = decltype(ic)::value, hh = i / 4, gp = i / 2 % 2, t = i % 2;
+        constexpr int c = 2 * hh + gp;
+        const std::uint8_t* as_ = aq + 128 * hh + 64 * gp + 16 * t;
+        const VI32<Tag> sa = sub_sum<hh, 2 * gp, t>(gb, h, as_);
+        const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t>(gb, h, as_ + 32);
+        const VU32<Tag> pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
+        tot = madd_acc_i16<Tag>(tot, as<std::int16_t>(pair), sp[c][t]);
+        if constexpr (Q3)
+          tot = madd_acc_i16<Tag>(tot, sp[c][t], as<std::int16_t>(VI32<Tag>(pb.off[c][t])));
+      });
+      if constexpr (Q3) {
+        const VF<Tag> d = load_f16<Tag>(gb + 16 * 108 + Tag::bytes / 2 * h);
+        st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, st.acc[h]);
+      } else {
+        // the mins: sum_sb m[sb] bsum[sb] = 128 (m . h) + m . l, the mins being the high
+        // nibbles of the 16 scale bytes (units 0..3)
+        VI32<Tag> mh(0), ml(0);
+        for (int k = 0; k < 4; ++k) {
+          const VU8<Tag> mn = as<std::uint8_t>((unit(gb, k, h) >> 4) & VU32<Tag>(0x0F0F0F0Fu));
+          mh = dot_u8s8<Tag>(mh, mn, bcast4<Tag>(pb.h + 4 * k));
+          ml = dot_u8s8<Tag>(ml, mn, bcast4<Tag>(pb.l + 4 * k));
+        }
+        const VU32<Tag> hd = unit(gb, 20, h);  // d | dmin
+        st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(hd) * da, st.acc[h]);
+        st.acc[h] =
+            fmadd<Tag>(xsimd::to_float((mh << 7) + ml), -(h2f_lo16<Tag>(hd >> 16) * da), st.acc[h]);
+      }
+    }
+  }
+
+  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows (as the plain
+  /// kq_gemm), the rows engine from there.
+  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    using Rows = std::conditional_t<Q3, Q3Rows, Q2Rows>;
+    constexpr std::int64_t kRowsMinN = 4;
+    const auto* p = static_cast<const std::uint8_t*>(Pv);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n >= kRowsMinN) return RowsGemm<Tag, Rows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+    for (std::int64_t j = 0; j < n; ++j)
+      packed_gemv<PackedKq23>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels
