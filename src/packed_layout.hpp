@@ -61,6 +61,7 @@ inline const PackLayout* pack_layout(Format f) {
   static const PackLayout mxfp4{2, {{0, 1, 1}, {1, 16, 4}}};            // e | qs
   static const PackLayout q2_K{1, {{0, 84, 4}}};                        // the whole block
   static const PackLayout q3_K{2, {{0, 108, 4}, {108, 2, 2}}};          // all but d | d
+  static const PackLayout iq4_xs{1, {{0, 136, 4}}};                     // the whole block
   switch (f) {
     case Format::q4_K:
       return &q4_K;
@@ -85,6 +86,8 @@ inline const PackLayout* pack_layout(Format f) {
       return &q2_K;
     case Format::q3_K:
       return &q3_K;
+    case Format::iq4_xs:
+      return &iq4_xs;
     default:
       return nullptr;
   }

@@ -499,9 +499,9 @@ TEST(CApiGgufOpen, BadFiles) {
 // nothing.
 TEST(CApi, Packed) {
   for (const char* name : {"q8_0", "q4_K", "q5_K", "q6_K", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K",
-                           "q3_K", "iq4_nl", "mxfp4"})
+                           "q3_K", "iq4_nl", "iq4_xs", "mxfp4"})
     EXPECT_EQ(nibble_packable(fmt(name)), 1);
-  for (const char* name : {"f32", "f16", "q8_K", "iq4_xs", "nf4", "fp4", "bf16"})
+  for (const char* name : {"f32", "f16", "q8_K", "nf4", "fp4", "bf16"})
     EXPECT_EQ(nibble_packable(fmt(name)), 0);
   EXPECT_EQ(nibble_packable(-1), 0);
   EXPECT_EQ(nibble_packable(nibble_format_count()), 0);

@@ -27,7 +27,8 @@ constexpr double kRtol = 2e-5;
 constexpr double kAtol = 1e-30;
 const Format kPackable[] = {Format::q4_K, Format::q5_K, Format::q6_K,   Format::q8_0,
                             Format::q4_0, Format::q4_1, Format::q5_0,   Format::q5_1,
-                            Format::q2_K, Format::q3_K, Format::iq4_nl, Format::mxfp4};
+                            Format::q2_K, Format::q3_K, Format::iq4_nl, Format::iq4_xs,
+                            Format::mxfp4};
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 g(seed);
@@ -86,7 +87,7 @@ std::size_t packed_offset(Format f, std::size_t k, int i) {
       return k < 1 ? at(0, 1) : at(1, 4);
     case Format::q3_K:  // all but d in 4-byte units, then d (fp16)
       return k < 108 ? at(0, 4) : at(108, 2);
-    default:  // q4_K, q5_K, q2_K: the whole block in 4-byte units
+    default:  // q4_K, q5_K, q2_K, iq4_xs: the whole block in 4-byte units
       return at(0, 4);
   }
 }

@@ -7,7 +7,7 @@
 // exponent byte), and unit u of a field of row i of the group lands at
 //   16 * (bytes of the fields stored before it) + (16 * u + i) * unit_bytes
 // within the group's block. The fields, in storage order:
-//   q4_K, q5_K, q2_K  the whole block (144, 176, 84 bytes)
+//   q4_K, q5_K, q2_K, iq4_xs  the whole block (144, 176, 84, 136 bytes)
 //   q3_K        bytes 0..107 (hmask, qs, scales); then d (2-byte unit)
 //   q6_K        for each half hh = 0, 1 and k = 0..7: ql bytes 4 (16 hh + k) .. + 3, ql bytes
 //               4 (16 hh + 8 + k) .. + 3, qh bytes 4 (8 hh + k) .. + 3; then the 16 scales; then

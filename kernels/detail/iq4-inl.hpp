@@ -252,7 +252,6 @@ struct IQ4XSRows {
                      VF<Tag>* fs, VF<Tag>* fm) {
     constexpr int kL = Tag::bytes / 4;
     const VI8<Tag> tbl = S8Dot<Tag>::prep(table16<Tag>(ref::iq4::kValues));
-    const VU8<Tag> m4(static_cast<std::uint8_t>(0x0F));
     auto blk = [&](int i) {
       return reinterpret_cast<const std::uint8_t*>(reinterpret_cast<const BlockIQ4_XS*>(rows[i]) +
                                                    b);
@@ -261,20 +260,43 @@ struct IQ4XSRows {
       VI32<Tag> r[kL];
       for (int i = 0; i < kL; ++i) r[i] = loadu<std::int32_t, Tag>(blk(i) + 8 + 4 * kL * ch);
       transpose_i32<Tag>(r);
-      for (int k = 0; k < kL; ++k) {
-        const int m = kL * ch + k, ib = m / 4, c = m % 4;  // qs dword m
-        const VU8<Tag> q = as<std::uint8_t>(r[k]);
-        lv[8 * ib + c] = as<std::uint8_t>(lookup16<Tag>(tbl, q & m4));
-        lv[8 * ib + 4 + c] =
-            as<std::uint8_t>(lookup16<Tag>(tbl, as<std::uint8_t>(as<std::uint16_t>(q) >> 4) & m4));
-      }
+      for (int k = 0; k < kL; ++k) levels<Tag>(tbl, kL * ch + k, as<std::uint32_t>(r[k]), lv);
     }
     alignas(64) std::uint32_t h0[kL], h1[kL];
     for (int i = 0; i < kL; ++i) {
       std::memcpy(&h0[i], blk(i), 4);
       std::memcpy(&h1[i], blk(i) + 4, 4);
     }
-    const VU32<Tag> w0 = VU32<Tag>::load_aligned(h0), w1 = VU32<Tag>::load_aligned(h1);
+    scales<Tag>(VU32<Tag>::load_aligned(h0), VU32<Tag>::load_aligned(h1), fs, fm);
+  }
+  /// Tile of block b read from the packed layout (the whole block in 4-byte units: d and
+  /// scales_h, scales_l, then the 32 qs dwords), sub-tile h.
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
+    auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
+    const VI8<Tag> tbl = S8Dot<Tag>::prep(table16<Tag>(ref::iq4::kValues));
+    for (int m = 0; m < 32; ++m) levels<Tag>(tbl, m, unit(2 + m), lv);
+    scales<Tag>(unit(0), unit(1), fs, fm);
+  }
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(BlockIQ4_XS);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(BlockIQ4_XS);
+
+  /// The code book values (S8Dot-prepared) of qs dword m (lane i: row i): values 4 (m % 4) ..
+  /// (low nibbles) and 16 + 4 (m % 4) .. (high) of sub-block m / 4.
+  template <class Tag>
+  static void levels(const VI8<Tag>& tbl, int m, const VU32<Tag>& q, VU8<Tag>* lv) {
+    const VU32<Tag> m4(0x0F0F0F0Fu);
+    lv[8 * (m / 4) + m % 4] = as<std::uint8_t>(lookup16<Tag>(tbl, as<std::uint8_t>(q & m4)));
+    lv[8 * (m / 4) + 4 + m % 4] =
+        as<std::uint8_t>(lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4)));
+  }
+  /// fs = d (ls - 32), fm = -kBias fs per sub-block from the rows' first two dwords (d |
+  /// scales_h << 16, scales_l).
+  template <class Tag>
+  static void scales(const VU32<Tag>& w0, const VU32<Tag>& w1, VF<Tag>* fs, VF<Tag>* fm) {
     const VF<Tag> d = h2f_lo16<Tag>(w0);
     for (int ib = 0; ib < 8; ++ib) {
       const VU32<Tag> ls =

@@ -26,6 +26,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/iq4-packed-inl.hpp"
 #include "nibble/kernels/detail/kq23-packed-inl.hpp"
 #include "nibble/kernels/detail/q32-packed-inl.hpp"
 #include "nibble/kernels/detail/q45-packed-inl.hpp"
@@ -197,6 +198,8 @@ void register_packed(KernelTable& t) {
         &PackedQ32<Tag, Format::mxfp4>::act_bytes, &PackedQ32<Tag, Format::mxfp4>::relayout);
     set(Format::q2_K, &PackedKq23<Tag, false>::gemm, &PackedKq23<Tag, false>::act_bytes,
         &PackedKq23<Tag, false>::relayout);
+    set(Format::iq4_xs, &PackedIQ4XS<Tag>::gemm, &PackedIQ4XS<Tag>::act_bytes,
+        &PackedIQ4XS<Tag>::relayout);
     set(Format::q3_K, &PackedKq23<Tag, true>::gemm, &PackedKq23<Tag, true>::act_bytes,
         &PackedKq23<Tag, true>::relayout);
   }

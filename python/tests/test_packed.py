@@ -12,7 +12,7 @@ import nibble
 from conftest import DATA
 
 PACKABLE = ["q8_0", "q4_K", "q5_K", "q6_K", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K",
-            "iq4_nl", "mxfp4"]
+            "iq4_nl", "iq4_xs", "mxfp4"]
 
 
 def blocks_of(fmt, rows, cols, seed=1):
@@ -23,7 +23,7 @@ def blocks_of(fmt, rows, cols, seed=1):
 def test_packable():
     for f in PACKABLE:
         assert nibble.packable(f)
-    for f in ["f32", "f16", "q8_K", "iq4_xs", "nf4", "fp4", "bf16"]:
+    for f in ["f32", "f16", "q8_K", "nf4", "fp4", "bf16"]:
         assert not nibble.packable(f)
 
 
@@ -77,7 +77,7 @@ def test_products_match_plain(fmt):
 def test_errors():
     W = blocks_of("q4_K", 20, 256)
     with pytest.raises(ValueError, match="no packed layout"):
-        nibble.pack(blocks_of("iq4_xs", 20, 256), "iq4_xs")
+        nibble.pack(blocks_of("nf4", 20, 256), "nf4")
     with pytest.raises(ValueError, match="no packed layout"):
         nibble.unpack(W, "f32")
     with pytest.raises(ValueError, match="uint8"):

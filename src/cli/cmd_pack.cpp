@@ -18,7 +18,7 @@ void usage(std::FILE* f, bool pack) {
         f,
         "usage: nibble pack IN.gguf OUT.gguf [--threads N]\n"
         "  Writes IN with every q8_0 / q4_K / q5_K / q6_K / q4_0 / q4_1 / q5_0 / q5_1 /\n"
-        "  q2_K / q3_K / iq4_nl / mxfp4 tensor of at least 16 rows in nibble's packed "
+        "  q2_K / q3_K / iq4_nl / iq4_xs / mxfp4 tensor of at least 16 rows in nibble's packed "
         "(row-interleaved)\n"
         "  layout, type id 0x1000 | ggml type (shown as q4_K.x16, ...): the same bytes\n"
         "  permuted, so the file has the same size and decodes\n"

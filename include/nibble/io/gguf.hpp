@@ -109,7 +109,7 @@ TypeInfo type_info(std::uint32_t type);
 /// forks use up to a few hundred), so no ggml type can have this bit, and llama.cpp refuses such
 /// a file ("has invalid ggml type") instead of misreading it. Only the base types of packable
 /// formats (nibble::packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl,
-/// mxfp4) are valid with the flag.
+/// iq4_xs, mxfp4) are valid with the flag.
 inline constexpr std::uint32_t kPackedTypeFlag = 0x1000;
 
 /// True if ggml type id `type` carries kPackedTypeFlag.

@@ -7,7 +7,7 @@
 //
 // pack_gguf converts every tensor that
 //   - has a packable format (nibble::packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1,
-//     q2_K, q3_K, iq4_nl, mxfp4) and is not packed yet,
+//     q2_K, q3_K, iq4_nl, iq4_xs, mxfp4) and is not packed yet,
 //   - has at least kPackedGroupRows (16) rows (rows() = the product of shape[1..]), and
 //   - is 2-D (trailing dimensions of 1 allowed), or has shape[1] a multiple of 16, so that every
 //     2-D slice (an expert of a stacked MoE tensor) is a packed matrix on its own;

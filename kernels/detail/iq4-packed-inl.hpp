@@ -1,0 +1,128 @@
+// nibble: IQ4_XS GEMV on packed (row-interleaved) weights (nibble/packed.hpp), written once for
+// every SIMD tag over xsimd batches and the helpers of intrin-*.hpp.
+//
+// A group block holds block b of 16 rows, the whole 136-byte block in 4-byte units: unit 0 is
+// d | scales_h << 16, unit 1 scales_l, unit 2 + 4 ib + k the qs bytes 16 ib + 4k .. + 3, whose low
+// nibbles are the codes of values 32 ib + 4k .. + 3 and high nibbles of 32 ib + 16 + 4k ... A
+// register loaded at a unit holds it for L = Tag::bytes / 4 rows, one row per int32 lane. Per qs
+// unit, two code book lookups (lookup16) and two int8 dots against broadcast activation dwords of
+// the plain Q8_K block (S8Dot: with VNNI the book is biased by 128 and each sub-block sum starts
+// at -128 times its activation sum, prepared once per call); per sub-block the int32 sum times the
+// rows' scales ls - 32; one float step per block. Integer sums are exact (the scheme of
+// iq4-inl.hpp).
+// GEMM (n >= 4): the rows engine with tiles read straight from the packed bytes
+// (IQ4XSRows::repack_packed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nibble/formats/iq4_nl.hpp"
+#include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/intrin-common.hpp"
+#include "nibble/kernels/detail/intrin-neon.hpp"
+#include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/iq4-inl.hpp"
+#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/rows-inl.hpp"
+#include "nibble/kernels/detail/simd.hpp"
+
+namespace nibble::kernels {
+namespace {
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+
+template <class Tag>
+struct PackedIQ4XS {
+  using D = S8Dot<Tag>;
+  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockIQ4_XS);
+  static constexpr int kStreams = 2;  ///< see packed_gemv
+
+  /// Per activation block: the starting value -kBias * (sum of the 32 activations) of each
+  /// sub-block's sum.
+  struct Prep {
+    std::int32_t init[8];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 256; ++b)
+      for (int ib = 0; ib < 8; ++ib)
+        p[b].init[ib] = -D::kBias * (in[b].bsums[2 * ib] + in[b].bsums[2 * ib + 1]);
+  }
+
+  struct Act {
+    const BlockQ8_K* a;
+    const Prep* p;
+  };
+  static Act act(const std::uint8_t* A, std::int64_t cols) {
+    return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
+  }
+  struct State {
+    VF<Tag> acc[kH];
+    State() {
+      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
+    }
+  };
+  static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
+  static void store(const State& st, float* y) {
+    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
+  }
+
+  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
+    return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
+  }
+
+  /// One group block (block b of the 16 rows) into the state.
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
+                                                  std::int64_t b, State& st) {
+    const BlockQ8_K& ab = act.a[b];
+    const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
+    const Prep& pb = act.p[b];
+    const VF<Tag> da(ab.d);
+    const VI8<Tag> tbl = D::prep(table16<Tag>(ref::iq4::kValues));
+    const VU32<Tag> m4(0x0F0F0F0Fu);
+    for (int h = 0; h < kH; ++h) {
+      const VU32<Tag> w0 = unit(gb, 0, h), w1 = unit(gb, 1, h);
+      VI32<Tag> tot(0);
+      static_for<8>([&](auto ic) {
+        constexpr int ib = decltype(ic)::value;
+        VI32<Tag> s(pb.init[ib]);
+        static_for<4>([&](auto kc) {
+          constexpr int k = decltype(kc)::value;
+          const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
+          const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
+          const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+          s = D::dot_prepped(s, lo, bcast4<Tag>(aq + 32 * ib + 4 * k));
+          s = D::dot_prepped(s, hi, bcast4<Tag>(aq + 32 * ib + 16 + 4 * k));
+        });
+        const VU32<Tag> ls =
+            ((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) | (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4);
+        tot = tot + s * (as<std::int32_t>(ls) - VI32<Tag>(32));
+      });
+      st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(w0) * da, st.acc[h]);
+    }
+  }
+
+  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows, the rows
+  /// engine from there.
+  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+    constexpr std::int64_t kRowsMinN = 4;
+    const auto* p = static_cast<const std::uint8_t*>(Pv);
+    const auto* a = static_cast<const std::uint8_t*>(A);
+    if (n >= kRowsMinN)
+      return RowsGemm<Tag, IQ4XSRows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
+    for (std::int64_t j = 0; j < n; ++j)
+      packed_gemv<PackedIQ4XS>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
+  }
+};
+
+#endif
+
+}  // namespace
+}  // namespace nibble::kernels
