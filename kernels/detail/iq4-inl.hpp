@@ -23,6 +23,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -274,10 +275,9 @@ struct IQ4XSRows {
   template <class Tag>
   static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
                             VF<Tag>* fs, VF<Tag>* fm) {
-    auto unit = [&](int u) { return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes); };
     const VI8<Tag> tbl = S8Dot<Tag>::prep(table16<Tag>(ref::iq4::kValues));
-    for (int m = 0; m < 32; ++m) levels<Tag>(tbl, m, unit(2 + m), lv);
-    scales<Tag>(unit(0), unit(1), fs, fm);
+    for (int m = 0; m < 32; ++m) levels<Tag>(tbl, m, packed_unit<Tag>(gb, 2 + m, h), lv);
+    scales<Tag>(packed_unit<Tag>(gb, 0, h), packed_unit<Tag>(gb, 1, h), fs, fm);
   }
   static std::size_t row_bytes(std::int64_t cols) {
     return static_cast<std::size_t>(cols / 256) * sizeof(BlockIQ4_XS);

@@ -24,7 +24,7 @@
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/detail/iq4-inl.hpp"
-#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -34,9 +34,11 @@ namespace {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
 template <class Tag>
-struct PackedIQ4XS {
+struct PackedIQ4XS : PackedBody<Tag> {
   using D = S8Dot<Tag>;
-  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  using State = typename PackedBody<Tag>::State;
+  using PackedBody<Tag>::kH;
+  using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockIQ4_XS);
   static constexpr int kStreams = 2;  ///< see packed_gemv
 
@@ -55,27 +57,9 @@ struct PackedIQ4XS {
         p[b].init[ib] = -D::kBias * (in[b].bsums[2 * ib] + in[b].bsums[2 * ib + 1]);
   }
 
-  struct Act {
-    const BlockQ8_K* a;
-    const Prep* p;
-  };
-  static Act act(const std::uint8_t* A, std::int64_t cols) {
-    return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
-  }
-  struct State {
-    VF<Tag> acc[kH];
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
+  using Act = Q8KPrepAct<Prep>;
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
-
-  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
-    return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
-  }
 
   /// One group block (block b of the 16 rows) into the state.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
@@ -108,18 +92,9 @@ struct PackedIQ4XS {
     }
   }
 
-  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows, the rows
-  /// engine from there.
-  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    constexpr std::int64_t kRowsMinN = 4;
-    const auto* p = static_cast<const std::uint8_t*>(Pv);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n >= kRowsMinN)
-      return RowsGemm<Tag, IQ4XSRows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-    for (std::int64_t j = 0; j < n; ++j)
-      packed_gemv<PackedIQ4XS>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
-  }
+  /// FormatKernels::gemm_packed: the GEMV per activation row below 4 rows, the rows engine
+  /// from there.
+  static constexpr auto gemm = packed_gemm<Tag, PackedIQ4XS, IQ4XSRows, 4>;
 };
 
 #endif

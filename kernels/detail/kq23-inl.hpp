@@ -32,6 +32,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -641,9 +642,7 @@ template <class Tag>
 struct KqPackedSrc {
   const std::uint8_t* gb;
   int h, two;
-  VU32<Tag> dword(int off) const {
-    return loadu<std::uint32_t, Tag>(gb + 16 * off + h * Tag::bytes);
-  }
+  VU32<Tag> dword(int off) const { return packed_unit<Tag>(gb, off / 4, h); }
   void dwords(int off, VI32<Tag>* r) const {
     for (int k = 0; k < Tag::bytes / 4; ++k) r[k] = as<std::int32_t>(dword(off + 4 * k));
   }
@@ -672,9 +671,30 @@ inline void kq_levels2(const Src& src, VU32<Tag>* slot) {
   }
 }
 
+/// The tile readers of the Q2_K / Q3_K GEMM policies (Self::tile from a source): repack from
+/// the plain rows, repack_packed from a packed group block (4-byte units up to byte kTwo, 2-byte
+/// units from there), and the sizes the packed engine needs.
+template <class Self, class Block, int kTwo>
+struct KqRowsTiles {
+  template <class Tag>
+  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
+                     VF<Tag>* fs, VF<Tag>* fm) {
+    Self::template tile<Tag>(KqPlainSrc<Tag, Block>{rows, b}, lv, fs, fm);
+  }
+  template <class Tag>
+  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
+                            VF<Tag>* fs, VF<Tag>* fm) {
+    Self::template tile<Tag>(KqPackedSrc<Tag>{gb, h, kTwo}, lv, fs, fm);
+  }
+  static std::size_t row_bytes(std::int64_t cols) {
+    return static_cast<std::size_t>(cols / 256) * sizeof(Block);
+  }
+  static constexpr std::size_t kBlockBytes = sizeof(Block);
+};
+
 /// The Q2_K policy of the integer GEMM engine: unsigned 2-bit levels; per sub-block
 /// fs = d * sc, fm = -dmin * m, extras the Q8_K bsums.
-struct Q2Rows {
+struct Q2Rows : KqRowsTiles<Q2Rows, BlockQ2_K, 84> {
   static constexpr int kValues = 256, kSub = 16;
   static constexpr bool kActScalePerSub = false;
   /// int16 depth without VNNI / sdot: a sub-block's 4 slots, 4 * 2 * 3 * 128 < 2^15.
@@ -682,22 +702,7 @@ struct Q2Rows {
   static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
-  template <class Tag>
-  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
-                     VF<Tag>* fs, VF<Tag>* fm) {
-    tile<Tag>(KqPlainSrc<Tag, BlockQ2_K>{rows, b}, lv, fs, fm);
-  }
-  /// Tile of block b read from the packed layout (the whole block in 4-byte units).
-  template <class Tag>
-  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
-                            VF<Tag>* fs, VF<Tag>* fm) {
-    tile<Tag>(KqPackedSrc<Tag>{gb, h, 84}, lv, fs, fm);
-  }
-  static std::size_t row_bytes(std::int64_t cols) {
-    return static_cast<std::size_t>(cols / 256) * sizeof(BlockQ2_K);
-  }
-  static constexpr std::size_t kBlockBytes = sizeof(BlockQ2_K);
-
+  /// The tile of one block of L rows read from `src` (KqPlainSrc or KqPackedSrc).
   template <class Tag, class Src>
   static void tile(const Src& src, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
     constexpr int kL = Tag::bytes / 4;
@@ -732,7 +737,7 @@ struct Q2Rows {
 
 /// The Q3_K policy: unsigned 3-bit levels u (value u - 4); fs = d * (s - 32), fm = -4 * fs,
 /// extras the bsums.
-struct Q3Rows {
+struct Q3Rows : KqRowsTiles<Q3Rows, BlockQ3_K, 108> {
   static constexpr int kValues = 256, kSub = 16;
   static constexpr bool kActScalePerSub = false;
   /// int16 depth without VNNI / sdot: 4 * 2 * 7 * 128 < 2^15.
@@ -740,22 +745,7 @@ struct Q3Rows {
   static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
-  template <class Tag>
-  static void repack(const std::uint8_t* const* rows, std::int64_t b, std::int64_t, VU8<Tag>* lv,
-                     VF<Tag>* fs, VF<Tag>* fm) {
-    tile<Tag>(KqPlainSrc<Tag, BlockQ3_K>{rows, b}, lv, fs, fm);
-  }
-  /// Tile of block b read from the packed layout (bytes 0..107 in 4-byte units, then d).
-  template <class Tag>
-  static void repack_packed(const std::uint8_t* gb, int h, std::int64_t, std::int64_t, VU8<Tag>* lv,
-                            VF<Tag>* fs, VF<Tag>* fm) {
-    tile<Tag>(KqPackedSrc<Tag>{gb, h, 108}, lv, fs, fm);
-  }
-  static std::size_t row_bytes(std::int64_t cols) {
-    return static_cast<std::size_t>(cols / 256) * sizeof(BlockQ3_K);
-  }
-  static constexpr std::size_t kBlockBytes = sizeof(BlockQ3_K);
-
+  /// The tile of one block of L rows read from `src` (KqPlainSrc or KqPackedSrc).
   template <class Tag, class Src>
   static void tile(const Src& src, VU8<Tag>* lv, VF<Tag>* fs, VF<Tag>* fm) {
     constexpr int kL = Tag::bytes / 4;

@@ -26,7 +26,7 @@
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/detail/kq23-inl.hpp"
-#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -37,9 +37,11 @@ namespace {
 
 /// What the packed Q2_K and Q3_K bodies share. Q3 selects the format.
 template <class Tag, bool Q3>
-struct PackedKq23 {
+struct PackedKq23 : PackedBody<Tag> {
   using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
-  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  using State = typename PackedBody<Tag>::State;
+  using PackedBody<Tag>::kH;
+  using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
   static constexpr int kStreams = 2;      ///< see packed_gemv
   static constexpr int kQs = Q3 ? 8 : 4;  ///< the first qs unit
@@ -78,27 +80,9 @@ struct PackedKq23 {
     }
   }
 
-  struct Act {
-    const BlockQ8_K* a;
-    const Prep* p;
-  };
-  static Act act(const std::uint8_t* A, std::int64_t cols) {
-    return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
-  }
-  struct State {
-    VF<Tag> acc[kH];
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
+  using Act = Q8KPrepAct<Prep>;
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
-
-  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
-    return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
-  }
 
   /// The unsigned levels of qs unit K at shift G (Q3_K: with the high bit from hmask).
   template <int K, int G>
@@ -230,18 +214,10 @@ struct PackedKq23 {
     }
   }
 
-  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows (as the plain
+  /// FormatKernels::gemm_packed: the GEMV per activation row below 4 rows (as the plain
   /// kq_gemm), the rows engine from there.
-  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    using Rows = std::conditional_t<Q3, Q3Rows, Q2Rows>;
-    constexpr std::int64_t kRowsMinN = 4;
-    const auto* p = static_cast<const std::uint8_t*>(Pv);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n >= kRowsMinN) return RowsGemm<Tag, Rows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-    for (std::int64_t j = 0; j < n; ++j)
-      packed_gemv<PackedKq23>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
-  }
+  static constexpr auto gemm =
+      packed_gemm<Tag, PackedKq23, std::conditional_t<Q3, Q3Rows, Q2Rows>, 4>;
 };
 
 #endif

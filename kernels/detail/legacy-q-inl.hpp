@@ -37,6 +37,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -464,9 +465,7 @@ struct Q32Packed {
   static constexpr std::size_t kGroupBlock = 16 * Fmt::kBytes;
   static_assert(kQs + 4 * 64 == static_cast<int>(kGroupBlock), "the fields cover the block");
 
-  static VU32<Tag> unit(const std::uint8_t* p, int u, int h) {
-    return loadu<std::uint32_t, Tag>(p + 64 * u + h * Tag::bytes);
-  }
+  static VU32<Tag> unit(const std::uint8_t* p, int u, int h) { return packed_unit<Tag>(p, u, h); }
 
   /// The weight scales of the sub-tile's rows (MXFP4: 2^(e - 128), as Q32Simd::wscale).
   static VF<Tag> scale(const std::uint8_t* gb, int h) {

@@ -29,6 +29,7 @@
 #include "nibble/kernels/detail/iq4-packed-inl.hpp"
 #include "nibble/kernels/detail/kq23-packed-inl.hpp"
 #include "nibble/kernels/detail/q32-packed-inl.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/q45-packed-inl.hpp"
 #include "nibble/kernels/detail/q6-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
@@ -40,15 +41,12 @@ namespace {
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// A register of unit u of sub-tile h of a packed group block.
 template <class Tag>
-inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
-  return loadu<std::uint32_t, Tag>(gb + 64 * u + h * Tag::bytes);
-}
-
-template <class Tag>
-struct PackedQ6 {
-  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+struct PackedQ6 : PackedBody<Tag> {
+  using B = PackedBody<Tag>;
+  using State = typename B::State;
+  using B::kH;
+  using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
   static constexpr int kStreams = 2;
 
@@ -57,16 +55,9 @@ struct PackedQ6 {
   static Act act(const std::uint8_t* A, std::int64_t) {
     return reinterpret_cast<const BlockQ8_K*>(A);
   }
-  struct State {
-    VF<Tag> acc[kH];
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
+  static constexpr std::size_t (*act_bytes)(std::int64_t) = nullptr;  // plain Q8_K rows
+  static constexpr void (*relayout)(const void*, std::int64_t, void*) = nullptr;
 
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, Act a, std::int64_t b,
                                                   State& st) {
@@ -107,18 +98,15 @@ struct PackedQ6 {
   }
 
   /// FormatKernels::gemm_packed (activations: plain Q8_K rows).
-  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    const auto* p = static_cast<const std::uint8_t*>(P);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n == 1) return packed_gemv<PackedQ6>(p, g0, g1, cols, a, Y);
-    RowsGemm<Tag, Q6Rows>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-  }
+  static constexpr auto gemm = packed_gemm<Tag, PackedQ6, Q6Rows, 2>;
 };
 
 template <class Tag>
-struct PackedQ8_0 {
-  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+struct PackedQ8_0 : PackedBody<Tag> {
+  using B = PackedBody<Tag>;
+  using State = typename B::State;
+  using B::kH;
+  using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ8_0);
   static constexpr int kStreams = 2;
   using D = S8Dot<Tag>;
@@ -127,16 +115,9 @@ struct PackedQ8_0 {
   /// The GEMV pieces of packed_gemv (activations: Q8_0Simd's relayout).
   using Act = typename S::Act;
   static Act act(const std::uint8_t* A, std::int64_t cols) { return S::act(A, cols); }
-  struct State {
-    VF<Tag> acc[kH];
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
+  static constexpr auto act_bytes = S::act_bytes;
+  static constexpr auto relayout = S::relayout;
   static std::int64_t blocks(std::int64_t cols) { return cols / 32; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
 
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& a,
                                                   std::int64_t b, State& st) {
@@ -153,15 +134,21 @@ struct PackedQ8_0 {
     }
   }
 
-  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    const auto* p = static_cast<const std::uint8_t*>(P);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n == 1) return packed_gemv<PackedQ8_0>(p, g0, g1, cols, a, Y);
-    RowsGemm<Tag, Q8_0Rows<Tag>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-  }
+  static constexpr auto gemm = packed_gemm<Tag, PackedQ8_0, Q8_0Rows<Tag>, 2>;
 };
 
+#endif
+
+#if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
+/// The packed body K's entries of format f: its gemm_packed and its activation relayout
+/// (K::act_bytes / K::relayout; null: the plain activation rows).
+template <class K>
+void set_packed(KernelTable& t, Format f) {
+  FormatKernels& k = entry(t, f);
+  k.gemm_packed = K::gemm;
+  k.packed_act_bytes = K::act_bytes;
+  k.packed_act_relayout = K::relayout;
+}
 #endif
 
 /// Registers the packed-layout kernels of every packable format for ISA tag Tag (the scalar
@@ -170,38 +157,19 @@ template <class Tag>
 void register_packed(KernelTable& t) {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
   if constexpr (Tag::bytes >= 16) {
-    auto set = [&](Format f, auto gemm, auto bytes, auto relayout) {
-      FormatKernels& k = entry(t, f);
-      k.gemm_packed = gemm;
-      k.packed_act_bytes = bytes;
-      k.packed_act_relayout = relayout;
-    };
-    set(Format::q4_K, &PackedQ45<Tag, false>::gemm, &PackedQ45<Tag, false>::act_bytes,
-        &PackedQ45<Tag, false>::relayout);
-    set(Format::q5_K, &PackedQ45<Tag, true>::gemm, &PackedQ45<Tag, true>::act_bytes,
-        &PackedQ45<Tag, true>::relayout);
-    using NoBytes = std::size_t (*)(std::int64_t);
-    using NoRelayout = void (*)(const void*, std::int64_t, void*);
-    set(Format::q6_K, &PackedQ6<Tag>::gemm, NoBytes{}, NoRelayout{});
-    set(Format::q8_0, &PackedQ8_0<Tag>::gemm, &Q8_0Simd<Tag>::act_bytes, &Q8_0Simd<Tag>::relayout);
-    set(Format::q4_0, &PackedQ32<Tag, Format::q4_0>::gemm, &PackedQ32<Tag, Format::q4_0>::act_bytes,
-        &PackedQ32<Tag, Format::q4_0>::relayout);
-    set(Format::q4_1, &PackedQ32<Tag, Format::q4_1>::gemm, &PackedQ32<Tag, Format::q4_1>::act_bytes,
-        &PackedQ32<Tag, Format::q4_1>::relayout);
-    set(Format::q5_0, &PackedQ32<Tag, Format::q5_0>::gemm, &PackedQ32<Tag, Format::q5_0>::act_bytes,
-        &PackedQ32<Tag, Format::q5_0>::relayout);
-    set(Format::q5_1, &PackedQ32<Tag, Format::q5_1>::gemm, &PackedQ32<Tag, Format::q5_1>::act_bytes,
-        &PackedQ32<Tag, Format::q5_1>::relayout);
-    set(Format::iq4_nl, &PackedQ32<Tag, Format::iq4_nl>::gemm,
-        &PackedQ32<Tag, Format::iq4_nl>::act_bytes, &PackedQ32<Tag, Format::iq4_nl>::relayout);
-    set(Format::mxfp4, &PackedQ32<Tag, Format::mxfp4>::gemm,
-        &PackedQ32<Tag, Format::mxfp4>::act_bytes, &PackedQ32<Tag, Format::mxfp4>::relayout);
-    set(Format::q2_K, &PackedKq23<Tag, false>::gemm, &PackedKq23<Tag, false>::act_bytes,
-        &PackedKq23<Tag, false>::relayout);
-    set(Format::iq4_xs, &PackedIQ4XS<Tag>::gemm, &PackedIQ4XS<Tag>::act_bytes,
-        &PackedIQ4XS<Tag>::relayout);
-    set(Format::q3_K, &PackedKq23<Tag, true>::gemm, &PackedKq23<Tag, true>::act_bytes,
-        &PackedKq23<Tag, true>::relayout);
+    set_packed<PackedQ45<Tag, false>>(t, Format::q4_K);
+    set_packed<PackedQ45<Tag, true>>(t, Format::q5_K);
+    set_packed<PackedQ6<Tag>>(t, Format::q6_K);
+    set_packed<PackedQ8_0<Tag>>(t, Format::q8_0);
+    set_packed<PackedQ32<Tag, Format::q4_0>>(t, Format::q4_0);
+    set_packed<PackedQ32<Tag, Format::q4_1>>(t, Format::q4_1);
+    set_packed<PackedQ32<Tag, Format::q5_0>>(t, Format::q5_0);
+    set_packed<PackedQ32<Tag, Format::q5_1>>(t, Format::q5_1);
+    set_packed<PackedQ32<Tag, Format::iq4_nl>>(t, Format::iq4_nl);
+    set_packed<PackedQ32<Tag, Format::mxfp4>>(t, Format::mxfp4);
+    set_packed<PackedKq23<Tag, false>>(t, Format::q2_K);
+    set_packed<PackedKq23<Tag, true>>(t, Format::q3_K);
+    set_packed<PackedIQ4XS<Tag>>(t, Format::iq4_xs);
   }
 #else
   (void)t;

@@ -22,7 +22,7 @@
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/detail/legacy-q-inl.hpp"
-#include "nibble/kernels/detail/q45-packed-inl.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 
@@ -32,12 +32,13 @@ namespace {
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
 template <class Tag, Format F>
-struct PackedQ32 {
+struct PackedQ32 : PackedBody<Tag> {
   using Fmt = Q32Fmt<F>;
   using S = Q32Simd<Tag, F>;
   using P = Q32Packed<Tag, F>;
   using ActBlk = Q32Act<F>;
-  static constexpr int kL = Tag::bytes / 4, kH = 16 / kL;
+  using State = typename PackedBody<Tag>::State;
+  using PackedBody<Tag>::kH;
   static constexpr std::size_t kGroupBlock = P::kGroupBlock;
   static constexpr int kStreams = 2;  ///< see packed_gemv
   /// int32 sums per unit (VNNI, sdot, and IQ4_NL's S8Dot), or int16 pair sums over kDepthU
@@ -74,16 +75,7 @@ struct PackedQ32 {
     const Prep* p;
   };
   static Act act(const std::uint8_t* A, std::int64_t cols) { return {A, Row::prep(A, cols)}; }
-  struct State {
-    VF<Tag> acc[kH];
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
   static std::int64_t blocks(std::int64_t cols) { return cols / 32; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
 
   static VI32<Tag> dot(const VI32<Tag>& acc, const VU8<Tag>& lv, const VI8<Tag>& a) {
     if constexpr (S::kSigned) return S8Dot<Tag>::dot_prepped(acc, as<std::int8_t>(lv), a);
@@ -125,18 +117,9 @@ struct PackedQ32 {
     }
   }
 
-  /// FormatKernels::gemm_packed: the GEMV per activation row below kRowsMinN rows (as the plain
+  /// FormatKernels::gemm_packed: the GEMV per activation row below 4 rows (as the plain
   /// q32_gemm), the rows engine from there.
-  static void gemm(const void* Pv, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    constexpr std::int64_t kRowsMinN = 4;
-    const auto* p = static_cast<const std::uint8_t*>(Pv);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n >= kRowsMinN)
-      return RowsGemm<Tag, Q32Rows<Tag, F>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-    for (std::int64_t j = 0; j < n; ++j)
-      packed_gemv<PackedQ32>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
-  }
+  static constexpr auto gemm = packed_gemm<Tag, PackedQ32, Q32Rows<Tag, F>, 4>;
 };
 
 #endif

@@ -30,6 +30,7 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
+#include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/q45-inl.hpp"
 #include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
@@ -39,78 +40,14 @@ namespace {
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
 
-/// Packed-layout constants shared by the packed bodies.
-struct PackedGroup {
-  static constexpr int kRows = 16;     ///< rows per group
-  static constexpr int kUnitRow = 64;  ///< bytes of one unit of the 16 rows
-};
-
-/// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as two sequential
-/// streams (the first and the second half of the range, block by block in lockstep). Measured
-/// on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved with the membw sum): one
-/// stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04, four at 0.89-0.95,
-/// eight at 0.4. The body K provides kStreams (1 or 2), Act (act(A, cols)), State (zeroed by
-/// construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
-///
-/// Before each group block of a stream, every cache line kPackedPrefetch bytes further on in that
-/// stream is prefetched (one prefetch per line, the two streams' bursts apart). The hardware
-/// prefetcher alone did not keep the streams ahead of a fast body on a Zen 5 core (1 thread,
-/// 4096 x 4096, cold, alternated runs): q4_K.x16 on AVX-512 read 21-24 GB/s without and 30-34
-/// with, q5_K.x16 17 -> 32, q6_K.x16 18 -> 28-35, q4_K.x16 on AVX2 14 -> 26-29, against a sum
-/// loop at 31-38 GB/s. 2, 3 and 4 KiB ahead measured alike; 3 KiB was best on most rows.
-inline constexpr std::size_t kPackedPrefetch = 3072;
-
-/// Group block b of one packed stream p: its cache lines kPackedPrefetch bytes on are
-/// prefetched, then the body consumes the block.
-template <class K>
-inline void packed_step(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
-                        typename K::State& st) {
-  const std::uint8_t* gb = p + static_cast<std::size_t>(b) * K::kGroupBlock;
-  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + kPackedPrefetch + l);
-  K::block(gb, act, b, st);
-}
-
-template <class K>
-inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                        const std::uint8_t* A, float* y) {
-  const std::int64_t nb = K::blocks(cols);
-  const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
-  const typename K::Act act = K::act(A, cols);
-  if constexpr (K::kStreams == 1) {
-    for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* pa = P + static_cast<std::size_t>(g) * gs;
-      typename K::State sa;
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa);
-      K::store(sa, y + 16 * g);
-    }
-    return;
-  }
-  const std::int64_t half = (g1 - g0 + 1) / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const std::int64_t ga = g0 + i, gb = ga + half;
-    const std::uint8_t* pa = P + static_cast<std::size_t>(ga) * gs;
-    typename K::State sa;
-    if (gb < g1) {
-      const std::uint8_t* pb = P + static_cast<std::size_t>(gb) * gs;
-      typename K::State sb;
-      for (std::int64_t b = 0; b < nb; ++b) {
-        packed_step<K>(pa, act, b, sa);
-        packed_step<K>(pb, act, b, sb);
-      }
-      K::store(sb, y + 16 * gb);
-    } else {
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa);
-    }
-    K::store(sa, y + 16 * ga);
-  }
-}
-
 template <class Tag, bool HighBit>
-struct PackedQ45 {
+struct PackedQ45 : PackedBody<Tag> {
   using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
-  static constexpr int kL = Tag::bytes / 4;           ///< rows per register
-  static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
-  static constexpr int kQs = HighBit ? 12 : 4;        ///< first qs unit
+  using B = PackedBody<Tag>;
+  using State = typename B::State;
+  using B::kH;
+  using B::unit;
+  static constexpr int kQs = HighBit ? 12 : 4;  ///< first qs unit
   static constexpr std::size_t kGroupBlock = PackedGroup::kRows * sizeof(Block);
   /// The high nibbles used as 16 * q (one AND instead of a shift and an AND), undone by a shift
   /// of the exact int32 sums: only with VNNI (without it the int16 pair sums would saturate)
@@ -136,10 +73,6 @@ struct PackedQ45 {
         p[b].mh[j] = static_cast<std::int8_t>((s - l) / 128);
       }
     }
-  }
-
-  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
-    return loadu<std::uint32_t, Tag>(gb + u * PackedGroup::kUnitRow + h * Tag::bytes);
   }
 
   /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over kDepth units (pmaddubsw /
@@ -169,23 +102,9 @@ struct PackedQ45 {
   }
 
   /// The GEMV pieces of packed_gemv.
-  struct Act {
-    const BlockQ8_K* a;
-    const Prep* p;
-  };
-  static Act act(const std::uint8_t* A, std::int64_t cols) {
-    return {reinterpret_cast<const BlockQ8_K*>(A), Row::prep(A, cols)};
-  }
-  struct State {
-    VF<Tag> acc[kH];  ///< d-terms minus dmin-terms
-    State() {
-      for (int h = 0; h < kH; ++h) acc[h] = VF<Tag>(0.0f);
-    }
-  };
+  using Act = Q8KPrepAct<Prep>;
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
-  static void store(const State& st, float* y) {
-    for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
-  }
 
   /// One group block (block b of the 16 rows) into the state.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
@@ -251,13 +170,7 @@ struct PackedQ45 {
   }
 
   /// FormatKernels::gemm_packed.
-  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    const auto* p = static_cast<const std::uint8_t*>(P);
-    const auto* a = static_cast<const std::uint8_t*>(A);
-    if (n == 1) return packed_gemv<PackedQ45>(p, g0, g1, cols, a, Y);
-    RowsGemm<Tag, Q45Rows<HighBit>>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-  }
+  static constexpr auto gemm = packed_gemm<Tag, PackedQ45, Q45Rows<HighBit>, 2>;
 };
 
 #endif
