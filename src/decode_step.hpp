@@ -101,8 +101,8 @@ inline bool use_more_bits(int i, int n) {
 /// nibble format of a ggml type id, or false when nibble has no GEMV for it.
 inline bool format_of_gguf_type(std::uint32_t type, Format* out) {
   for (Format f : {Format::f32, Format::f16, Format::bf16, Format::q8_0, Format::q4_0, Format::q4_1,
-                   Format::q5_0, Format::q5_1, Format::q2_K, Format::q3_K, Format::q4_K, Format::q5_K,
-                   Format::q6_K, Format::iq4_nl, Format::iq4_xs, Format::mxfp4}) {
+                   Format::q5_0, Format::q5_1, Format::q2_K, Format::q3_K, Format::q4_K,
+                   Format::q5_K, Format::q6_K, Format::iq4_nl, Format::iq4_xs, Format::mxfp4}) {
     if (traits(f).gguf_type == static_cast<int>(type)) {
       *out = f;
       return true;
