@@ -56,27 +56,33 @@ struct PackedKq23 : PackedBody<Tag> {
   /// Per activation block: Q2_K, the 16 sub-block sums split as 128 h + l (l in [0, 127], h in
   /// [-16, 15]) for the mins term; Q3_K, -4 times the sums of sub-blocks 4c + t and 4c + t + 2
   /// as an int16 pair (|4 bsum| <= 4 * 16 * 128 < 2^15) for the level offset.
-  struct Prep {
+  struct PrepQ2 {
     std::int8_t l[16], h[16];
+  };
+  struct PrepQ3 {
     std::int32_t off[4][2];
   };
+  using Prep = std::conditional_t<Q3, PrepQ3, PrepQ2>;
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
     Prep* p = Row::copy_plain(src, cols, dst);
     for (std::int64_t b = 0; b < cols / 256; ++b) {
-      for (int j = 0; j < 16; ++j) {
-        const int s = in[b].bsums[j];  // |s| <= 16 * 128
-        p[b].l[j] = static_cast<std::int8_t>(s & 127);
-        p[b].h[j] = static_cast<std::int8_t>(s >> 7);  // floor division
-      }
-      for (int c = 0; c < 4; ++c)
-        for (int t = 0; t < 2; ++t) {
-          const auto lo = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t]);
-          const auto hi = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t + 2]);
-          p[b].off[c][t] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
+      if constexpr (Q3) {
+        for (int c = 0; c < 4; ++c)
+          for (int t = 0; t < 2; ++t) {
+            const auto lo = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t]);
+            const auto hi = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t + 2]);
+            p[b].off[c][t] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
+          }
+      } else {
+        for (int j = 0; j < 16; ++j) {
+          const int s = in[b].bsums[j];  // |s| <= 16 * 128
+          p[b].l[j] = static_cast<std::int8_t>(s & 127);
+          p[b].h[j] = static_cast<std::int8_t>(s >> 7);  // floor division
         }
+      }
     }
   }
 
