@@ -378,10 +378,17 @@ void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f
   if (!layout) fail("gemm: format ", traits(f).name, " has no packed layout");
   kernels::FormatKernels k = merged(t, f);
   const kernels::FormatKernels& own = t.fmt[static_cast<int>(f)];
-  if (!own.gemm_packed) {  // a packed kernel comes with its own table's activation layout
+  // A packed kernel comes with its own table's activation layout; Context::exact_nf4 asks for
+  // the plain layout's exact product (run on each unpacked group).
+  if (!own.gemm_packed || (ctx.exact_nf4 && k.gemm_exact)) {
     k.gemm_packed = nullptr;
     k.packed_act_bytes = nullptr;
     k.packed_act_relayout = nullptr;
+  }
+  if (ctx.exact_nf4 && k.gemm_exact) {
+    k.gemm = k.gemm_exact;
+    k.act_bytes = k.act_bytes_exact;
+    k.act_relayout = k.act_relayout_exact;
   }
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
   ActScratch abuf(0), rbuf(1), pbuf(2);

@@ -62,6 +62,7 @@ inline const PackLayout* pack_layout(Format f) {
   static const PackLayout q2_K{1, {{0, 84, 4}}};                        // the whole block
   static const PackLayout q3_K{2, {{0, 108, 4}, {108, 2, 2}}};          // all but d | d
   static const PackLayout iq4_xs{1, {{0, 136, 4}}};                     // the whole block
+  static const PackLayout nf4{2, {{0, 4, 4}, {4, 32, 4}}};              // absmax | codes
   switch (f) {
     case Format::q4_K:
       return &q4_K;
@@ -88,6 +89,9 @@ inline const PackLayout* pack_layout(Format f) {
       return &q3_K;
     case Format::iq4_xs:
       return &iq4_xs;
+    case Format::nf4:
+    case Format::fp4:  // the same block: fp32 absmax, 32 code bytes
+      return &nf4;
     default:
       return nullptr;
   }

@@ -351,10 +351,12 @@ inline bool nf4_int16_gemv(const std::string& variant) {
 /// per block of 64 weights with absmax a, sum |a| * (sum |x| * 0.5 / 8191 + 0.5 * s *
 /// sum |code-book value|), where 1/8191 is the code book's int16 step (NF4; FP4's entries are
 /// exact) and s = (largest |x| of the activation row) / 32767 the coarsest activation step the
-/// kernel may use (it scales per group of blocks). Scaled by 1.01 for the float steps of the
-/// rounding itself. This is on top of the fp32 accumulation tolerance.
+/// kernel may use (it scales per group of blocks); with `per_block` (the packed layout's GEMV,
+/// kernels/detail/nf4-packed-inl.hpp) s = (largest |x| of the block) / 8191. Scaled by 1.01 for
+/// the float steps of the rounding itself. This is on top of the fp32 accumulation tolerance.
 inline std::vector<double> nf4_int16_bound(const void* W, std::int64_t rows, std::int64_t cols,
-                                           const float* X, std::int64_t n, bool fp4) {
+                                           const float* X, std::int64_t n, bool fp4,
+                                           bool per_block = false) {
   const float* book = fp4 ? ref::fp4_codebook : ref::nf4_codebook;
   const auto* blocks = static_cast<const BlockNF4*>(W);
   std::vector<double> out(static_cast<std::size_t>(n * rows));
@@ -367,13 +369,15 @@ inline std::vector<double> nf4_int16_bound(const void* W, std::int64_t rows, std
       double t = 0;
       for (std::int64_t b = 0; b < cols / 64; ++b) {
         const BlockNF4& blk = blocks[r * (cols / 64) + b];
-        double sx = 0, sb = 0;
+        double sx = 0, sb = 0, bmax = 0;
         for (int i = 0; i < 64; ++i) {
           const int code = (i & 1) ? (blk.qs[i / 2] & 15) : (blk.qs[i / 2] >> 4);
           sx += std::fabs(double(x[64 * b + i]));
           sb += std::fabs(double(book[code]));
+          bmax = std::max(bmax, std::fabs(double(x[64 * b + i])));
         }
-        t += std::fabs(double(blk.absmax)) * (sx * 0.5 / 8191.0 + 0.5 * s * sb);
+        const double step = per_block ? bmax / 8191.0 : s;
+        t += std::fabs(double(blk.absmax)) * (sx * 0.5 / 8191.0 + 0.5 * step * sb);
       }
       out[static_cast<std::size_t>(j * rows + r)] = 1.01 * t;
     }

@@ -6,7 +6,9 @@
 //   dequantized weights and activations (|err| <= 2e-5 * sum of |products| + 1e-30, the tolerance
 //   of the plain K-quant kernels: integer sums are exact, only the float steps differ; 1e-3 for
 //   the Q8_1 activations of q4_1 / q5_1, whose fp16 block sums the dequantized activations do
-//   not show), and against the plain layout's gemm of the same table (4e-5), threads 1 and 3.
+//   not show; for the int16 NF4 / FP4 GEMV of the x86 tables, plus its rounding bound,
+//   nf4_int16_bound), and against the plain layout's gemm of the same table (4e-5, plus both
+//   rounding bounds for NF4 / FP4), threads 1 and 3.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,10 +27,10 @@ using nibble::test::KernelTest;
 
 constexpr double kRtol = 2e-5;
 constexpr double kAtol = 1e-30;
-const Format kPackable[] = {Format::q4_K, Format::q5_K, Format::q6_K,   Format::q8_0,
-                            Format::q4_0, Format::q4_1, Format::q5_0,   Format::q5_1,
-                            Format::q2_K, Format::q3_K, Format::iq4_nl, Format::iq4_xs,
-                            Format::mxfp4};
+const Format kPackable[] = {Format::q4_K,  Format::q5_K, Format::q6_K,   Format::q8_0,
+                            Format::q4_0,  Format::q4_1, Format::q5_0,   Format::q5_1,
+                            Format::q2_K,  Format::q3_K, Format::iq4_nl, Format::iq4_xs,
+                            Format::mxfp4, Format::nf4,  Format::fp4};
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 g(seed);
@@ -45,6 +47,7 @@ TEST(Packed, WhichFormats) {
   for (Format f : kPackable) EXPECT_TRUE(nibble::packable(f)) << nibble::traits(f).name;
   EXPECT_FALSE(nibble::packable(Format::f32));
   EXPECT_FALSE(nibble::packable(Format::q8_K));
+  EXPECT_FALSE(nibble::packable(Format::bf16));
   EXPECT_FALSE(nibble::packable(static_cast<Format>(99)));
 }
 
@@ -87,6 +90,9 @@ std::size_t packed_offset(Format f, std::size_t k, int i) {
       return k < 1 ? at(0, 1) : at(1, 4);
     case Format::q3_K:  // all but d in 4-byte units, then d (fp16)
       return k < 108 ? at(0, 4) : at(108, 2);
+    case Format::nf4:  // the fp32 absmax, then the 32 code bytes: 4-byte units from the start
+    case Format::fp4:
+      return at(0, 4);
     default:  // q4_K, q5_K, q2_K, iq4_xs: the whole block in 4-byte units
       return at(0, 4);
   }
@@ -154,14 +160,14 @@ TEST(Packed, BadInputThrowsAndWritesNothing) {
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), -1, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, nullptr, rows, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, cols, nullptr), nibble::Error);
-  EXPECT_THROW(nibble::unpack(ctx, Format::nf4, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::unpack(ctx, Format::bf16, W.data(), rows, cols, out.data()), nibble::Error);
   EXPECT_EQ(out, untouched);
   std::vector<std::uint8_t> buf = W;  // in-place / overlapping buffers are refused
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, buf.data(), rows, cols, buf.data() + 64),
                nibble::Error);
   EXPECT_EQ(buf, W);
   EXPECT_THROW(nibble::PackedWeights::view(Format::q4_K, nullptr, rows, cols), nibble::Error);
-  EXPECT_THROW(nibble::PackedWeights::view(Format::nf4, W.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::PackedWeights::view(Format::bf16, W.data(), rows, cols), nibble::Error);
   const nibble::PackedWeights v = nibble::PackedWeights::view(Format::q4_K, W.data(), rows, cols);
   EXPECT_FALSE(v.owns());
   std::vector<float> x(cols, 1.0f), y(rows, 7.0f);
@@ -214,11 +220,22 @@ TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
             // Q8_1 (q4_1 / q5_1): the products use the block sums s rounded to fp16, which the
             // dequantized activations do not show: a relative error of up to 2^-11 per min term
             const double rtol = af == Format::q8_1 ? 1e-3 : kRtol;
-            nibble::test::expect_close(Yp, ref, rtol, kAtol, what + " packed vs Eigen");
-            nibble::test::expect_close(Yq, ref, rtol, kAtol, what + " plain vs Eigen");
+            // NF4 / FP4 GEMV on x86: int16 code book and activations (per block on the packed
+            // layout, per 4 blocks on the plain one), within their rounding bounds
+            const bool int16 = (f == Format::nf4 || f == Format::fp4) && n == 1 &&
+                               nibble::test::nf4_int16_gemv(variant_name());
+            std::vector<double> bp(ref.y.size(), kAtol), bq = bp, both = bp;
+            if (int16) {
+              const bool fp4 = f == Format::fp4;
+              bp = nibble::test::nf4_int16_bound(W.data(), rows, cols, X.data(), 1, fp4, true);
+              bq = nibble::test::nf4_int16_bound(W.data(), rows, cols, X.data(), 1, fp4, false);
+              for (std::size_t i = 0; i < both.size(); ++i) both[i] = bp[i] + bq[i];
+            }
+            nibble::test::expect_close(Yp, ref, rtol, bp, what + " packed vs Eigen");
+            nibble::test::expect_close(Yq, ref, rtol, bq, what + " plain vs Eigen");
             // packed against plain: the same integer sums, only the float steps differ
             nibble::test::RefProduct plain{std::vector<double>(Yq.begin(), Yq.end()), ref.scale};
-            nibble::test::expect_close(Yp, plain, 2 * kRtol, kAtol, what + " packed vs plain");
+            nibble::test::expect_close(Yp, plain, 2 * kRtol, both, what + " packed vs plain");
           }
         }
       }
@@ -238,8 +255,25 @@ TEST(Packed, PublicGemvMatchesPlain) {
     std::vector<float> yp(rows), yq(rows), Wd(static_cast<std::size_t>(rows * cols));
     nibble::gemv(nibble::Context{}, pw, x.data(), yp.data());
     nibble::gemv(nibble::Context{}, f, W.data(), rows, cols, x.data(), yq.data());
+    // NF4 / FP4 on x86: the two layouts' int16 GEMVs round the activations differently
+    std::vector<double> extra(static_cast<std::size_t>(rows), 0.0);
+    if (f == Format::nf4 || f == Format::fp4) {
+      const bool fp4 = f == Format::fp4;
+      const auto bp = nibble::test::nf4_int16_bound(W.data(), rows, cols, x.data(), 1, fp4, true);
+      const auto bq = nibble::test::nf4_int16_bound(W.data(), rows, cols, x.data(), 1, fp4, false);
+      for (std::int64_t r = 0; r < rows; ++r) extra[r] = bp[r] + bq[r];
+    }
     for (std::int64_t r = 0; r < rows; ++r)
-      EXPECT_NEAR(yp[r], yq[r], 1e-4 * (std::fabs(yq[r]) + 1.0)) << nibble::traits(f).name << r;
+      EXPECT_NEAR(yp[r], yq[r], 1e-4 * (std::fabs(yq[r]) + 1.0) + extra[r])
+          << nibble::traits(f).name << r;
+    if (f == Format::nf4 || f == Format::fp4) {  // Context::exact_nf4: the fp32 product on both
+      nibble::Context exact;
+      exact.exact_nf4 = true;
+      nibble::gemv(exact, pw, x.data(), yp.data());
+      nibble::gemv(exact, f, W.data(), rows, cols, x.data(), yq.data());
+      for (std::int64_t r = 0; r < rows; ++r)
+        EXPECT_NEAR(yp[r], yq[r], 1e-6 * (std::fabs(yq[r]) + 1.0)) << "exact " << r;
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 //   q5_0        d (2-byte unit); then qh (4 bytes); then the 16 quant bytes
 //   q5_1        d and m (one 4-byte unit); then qh; then the 16 quant bytes
 //   mxfp4       e (1-byte unit); then the 16 quant bytes
+//   nf4, fp4    the whole 36-byte block (fp32 absmax, then the 32 code bytes)
 // (the order in which the kernels read them). The rows after the last full group keep
 // the plain GGUF layout, at the end. So a packed matrix has rows * row_bytes(f, cols) bytes, like
 // the plain one; it can be written to disk and mapped as it is, and unpack() gives back the GGUF

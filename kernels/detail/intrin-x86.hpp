@@ -159,6 +159,14 @@ inline VI32<Tag> madd_i16(const VI16<Tag>& a, const VI16<Tag>& b) {
   }
 }
 
+/// Adjacent int32 pairs summed, per 16-byte lane: [a0 + a1, a2 + a3, b0 + b1, b2 + b3] (phaddd;
+/// 32-byte tags).
+template <class Tag>
+inline VI32<Tag> hadd_pairs_i32(const VI32<Tag>& a, const VI32<Tag>& b) {
+  static_assert(Tag::bytes == 32, "32-byte tags");
+  return VI32<Tag>(_mm256_hadd_epi32(a, b));
+}
+
 /// Table lookup of bytes: result byte i = table[idx[i] & 15] within each 16-byte lane (the
 /// table is repeated in every lane; idx bytes must be < 128).
 template <class Tag>

@@ -43,11 +43,36 @@ inline constexpr std::size_t kPackedPrefetch = 3072;
 /// Group block b of one packed stream p: its cache lines kPackedPrefetch bytes on are
 /// prefetched, then the body consumes the block.
 template <class K>
-inline void packed_step(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
-                        typename K::State& st) {
+[[gnu::always_inline]] inline void packed_step_inline(const std::uint8_t* p,
+                                                      const typename K::Act& act, std::int64_t b,
+                                                      typename K::State& st) {
   const std::uint8_t* gb = p + static_cast<std::size_t>(b) * K::kGroupBlock;
   for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + kPackedPrefetch + l);
   K::block(gb, act, b, st);
+}
+template <class K>
+inline void packed_step_call(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
+                             typename K::State& st) {
+  packed_step_inline<K>(p, act, b, st);
+}
+
+/// K::kInlineStep, false when the body does not declare it: whether the driver loop inlines the
+/// steps (the compiler leaves them out of line otherwise). Measured L3-resident on a Zen 5 core
+/// (AVX-512, 1024 x 4096, one thread): NF4 53 -> 63 GB/s inlined, while Q3_K (50 -> 33) and
+/// IQ4_XS (66 -> 54) lose, and Q4_0 and Q4_K do not move.
+template <class K, class = void>
+struct InlineStep : std::false_type {};
+template <class K>
+struct InlineStep<K, std::void_t<decltype(K::kInlineStep)>> : std::bool_constant<K::kInlineStep> {};
+
+template <class K>
+[[gnu::always_inline]] inline void packed_step(const std::uint8_t* p, const typename K::Act& act,
+                                               std::int64_t b, typename K::State& st) {
+  if constexpr (InlineStep<K>::value) {
+    packed_step_inline<K>(p, act, b, st);
+  } else {
+    packed_step_call<K>(p, act, b, st);
+  }
 }
 
 template <class K>

@@ -28,6 +28,7 @@
 #include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/detail/iq4-packed-inl.hpp"
 #include "nibble/kernels/detail/kq23-packed-inl.hpp"
+#include "nibble/kernels/detail/nf4-packed-inl.hpp"
 #include "nibble/kernels/detail/q32-packed-inl.hpp"
 #include "nibble/kernels/detail/packed-driver-inl.hpp"
 #include "nibble/kernels/detail/q45-packed-inl.hpp"
@@ -170,6 +171,10 @@ void register_packed(KernelTable& t) {
     set_packed<PackedKq23<Tag, false>>(t, Format::q2_K);
     set_packed<PackedKq23<Tag, true>>(t, Format::q3_K);
     set_packed<PackedIQ4XS<Tag>>(t, Format::iq4_xs);
+#if defined(NIBBLE_K_X86)
+    set_packed<PackedNf4<Tag, false>>(t, Format::nf4);
+    set_packed<PackedNf4<Tag, true>>(t, Format::fp4);
+#endif
   }
 #else
   (void)t;

@@ -12,7 +12,7 @@ import nibble
 from conftest import DATA
 
 PACKABLE = ["q8_0", "q4_K", "q5_K", "q6_K", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K",
-            "iq4_nl", "iq4_xs", "mxfp4"]
+            "iq4_nl", "iq4_xs", "mxfp4", "nf4", "fp4"]
 
 
 def blocks_of(fmt, rows, cols, seed=1):
@@ -23,7 +23,7 @@ def blocks_of(fmt, rows, cols, seed=1):
 def test_packable():
     for f in PACKABLE:
         assert nibble.packable(f)
-    for f in ["f32", "f16", "q8_K", "nf4", "fp4", "bf16"]:
+    for f in ["f32", "f16", "q8_K", "bf16"]:
         assert not nibble.packable(f)
 
 
@@ -65,7 +65,10 @@ def test_products_match_plain(fmt):
     y = nibble.gemv(W, fmt, X[0])
     yp = nibble.gemv(P, fmt, X[0], packed=True)
     assert yp.shape == (rows,) and yp.dtype == np.float32
-    np.testing.assert_allclose(yp, y, rtol=1e-4, atol=1e-4)
+    # NF4 / FP4 GEMV on x86: both layouts round the activations to int16, each its own way
+    # (per block of 64 on the packed layout, per 256 on the plain one): ~1e-4 of sum |w x|
+    tol = 2e-3 if fmt in ("nf4", "fp4") else 1e-4
+    np.testing.assert_allclose(yp, y, rtol=tol, atol=tol)
     Y = nibble.gemm(W, fmt, X)
     Yp = nibble.gemm(P, fmt, X, packed=True, threads=2)
     np.testing.assert_allclose(Yp, Y, rtol=1e-4, atol=1e-4)
@@ -77,7 +80,7 @@ def test_products_match_plain(fmt):
 def test_errors():
     W = blocks_of("q4_K", 20, 256)
     with pytest.raises(ValueError, match="no packed layout"):
-        nibble.pack(blocks_of("nf4", 20, 256), "nf4")
+        nibble.pack(blocks_of("bf16", 20, 256), "bf16")
     with pytest.raises(ValueError, match="no packed layout"):
         nibble.unpack(W, "f32")
     with pytest.raises(ValueError, match="uint8"):
