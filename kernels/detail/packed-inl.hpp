@@ -50,6 +50,7 @@ struct PackedQ6 : PackedBody<Tag> {
   using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
   static constexpr int kStreams = 2;
+  static constexpr bool kInlineStep = true;  ///< see InlineStep
 
   /// The GEMV pieces of packed_gemv (activations: plain Q8_K blocks).
   using Act = const BlockQ8_K*;

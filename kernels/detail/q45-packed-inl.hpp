@@ -53,7 +53,8 @@ struct PackedQ45 : PackedBody<Tag> {
   /// of the exact int32 sums: only with VNNI (without it the int16 pair sums would saturate)
   /// and without a fifth bit.
   static constexpr bool kHiTrick = Tag::vnni && !HighBit;
-  static constexpr int kStreams = 2;  ///< see packed_gemv
+  static constexpr int kStreams = 2;         ///< see packed_gemv
+  static constexpr bool kInlineStep = true;  ///< see InlineStep
 
   /// Per activation block: its sub-block sums (bsums[2j] + bsums[2j+1], j = 0..7) split as
   /// l + 128 h with l in [-64, 63] (bytes of ml) and h in [-32, 32] (bytes of mh).
