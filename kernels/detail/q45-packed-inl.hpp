@@ -81,8 +81,15 @@ struct PackedQ45 : PackedBody<Tag> {
   static constexpr bool kInt32 = Tag::vnni || Tag::dotprod;
   static constexpr int kDepth = HighBit ? 4 : 8;
 
+  /// Q5_K with VNNI: the fifth bits are not merged into the levels but dotted on their own, as
+  /// the qh bytes masked to the sub-block's bit (value 2^j, at most 128: vpdpbusd takes unsigned
+  /// bytes) against the same activations; that sum times 16 / 2^j (a shift of an exact multiple
+  /// of 2^j) is the fifth bits' part. Per register an `and` and a dot instead of a shift, an
+  /// `and` and an `or` (measured in docs/kernels.md).
+  static constexpr bool kFifthDot = HighBit && Tag::vnni;
+
   /// The unsigned levels of qs unit k of sub-block pair sp, sub-tile h: lo (sub-block 2 sp) and
-  /// hi (2 sp + 1, times 16 with kHiTrick), with Q5_K's fifth bits.
+  /// hi (2 sp + 1, times 16 with kHiTrick), with Q5_K's fifth bits unless kFifthDot.
   static void levels(const std::uint8_t* gb, int h, int sp, int k, VU32<Tag>& lo, VU32<Tag>& hi) {
     const VU32<Tag> m4(0x0F0F0F0Fu);
     const VU32<Tag> q = unit(gb, kQs + 8 * sp + k, h);
@@ -92,7 +99,7 @@ struct PackedQ45 : PackedBody<Tag> {
     } else {
       hi = (q >> 4) & m4;
     }
-    if constexpr (HighBit) {
+    if constexpr (HighBit && !kFifthDot) {
       // qh bytes 4k..: the same positions; bit 2 sp (2 sp + 1) of each byte moved to bit 4 by
       // one shift of the whole dword (bits crossing into a neighbour byte are masked off)
       const VU32<Tag> qh = unit(gb, 4 + k, h), b4(0x10101010u);
@@ -124,14 +131,26 @@ struct PackedQ45 : PackedBody<Tag> {
         const VU32<Tag> s = sc[sp / 2] >> (16 * (sp % 2));
         const VI32<Tag> s_lo = as<std::int32_t>(s & kff), s_hi = as<std::int32_t>((s >> 8) & kff);
         if constexpr (kInt32) {
-          VI32<Tag> lo_sum(0), hi_sum(0);
+          VI32<Tag> lo_sum(0), hi_sum(0), lo5(0), hi5(0);
 #pragma GCC unroll 8
           for (int k = 0; k < 8; ++k) {
             VU32<Tag> lo, hi;
             levels(gb, h, sp, k, lo, hi);
-            lo_sum = dot_u8s8<Tag>(lo_sum, as<std::uint8_t>(lo), bcast4<Tag>(aq + 64 * sp + 4 * k));
-            hi_sum =
-                dot_u8s8<Tag>(hi_sum, as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
+            const VI8<Tag> a_lo = bcast4<Tag>(aq + 64 * sp + 4 * k);
+            const VI8<Tag> a_hi = bcast4<Tag>(aq + 64 * sp + 32 + 4 * k);
+            lo_sum = dot_u8s8<Tag>(lo_sum, as<std::uint8_t>(lo), a_lo);
+            hi_sum = dot_u8s8<Tag>(hi_sum, as<std::uint8_t>(hi), a_hi);
+            if constexpr (kFifthDot) {
+              const VU32<Tag> qh = unit(gb, 4 + k, h);
+              lo5 = dot_u8s8<Tag>(lo5, as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp))),
+                                  a_lo);
+              hi5 = dot_u8s8<Tag>(
+                  hi5, as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp + 1))), a_hi);
+            }
+          }
+          if constexpr (kFifthDot) {  // times 16 / 2^j, j = 2 sp and 2 sp + 1
+            lo_sum = lo_sum + (sp < 2 ? lo5 << (4 - 2 * sp) : lo5 >> (2 * sp - 4));
+            hi_sum = hi_sum + (sp < 2 ? hi5 << (3 - 2 * sp) : hi5 >> (2 * sp - 3));
           }
           tot = tot + lo_sum * s_lo;
           if constexpr (kHiTrick) {
