@@ -404,7 +404,7 @@ struct Nf4IntGemv {
           VI16<Tag> w[4];
           lookup(tab, blk + 4, w);
           VI32<Tag> s = madd_i16<Tag>(w[0], x[0]);
-          for (int v = 1; v < 4; ++v) s = dot_i16<Tag>(s, w[v], x[v]);
+          for (int v = 1; v < 4; ++v) s = madd_acc_i16<Tag>(s, w[v], x[v]);
           ag[r] = fmadd<Tag>(xsimd::to_float(s), VF<Tag>(ld_f32(blk)), ag[r]);
         });
       }

@@ -308,6 +308,16 @@ void relayout_activations(std::size_t (*bytes)(std::int64_t),
   arb = rb;
 }
 
+// Context::exact_nf4: the format's exact product (NF4 / FP4: the fp32 GEMV) in place of its
+// default one, where it has one. True if it switched.
+bool select_exact(const Context& ctx, kernels::FormatKernels& k) {
+  if (!ctx.exact_nf4 || !k.gemm_exact) return false;
+  k.gemm = k.gemm_exact;
+  k.act_bytes = k.act_bytes_exact;
+  k.act_relayout = k.act_relayout_exact;
+  return true;
+}
+
 // ---- packed weights: groups of 16 rows, then the plain tail rows ----
 struct PackedJob {
   kernels::FormatKernels k;
@@ -354,11 +364,7 @@ void run_gemm(const kernels::KernelTable& t, const Context& ctx, Format f, const
   if (rows == 0 || n == 0) return;
   kernels::FormatKernels k = merged(t, f);
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
-  if (ctx.exact_nf4 && k.gemm_exact) {
-    k.gemm = k.gemm_exact;
-    k.act_bytes = k.act_bytes_exact;
-    k.act_relayout = k.act_relayout_exact;
-  }
+  select_exact(ctx, k);
   ActScratch abuf(0), rbuf(1);
   const void* A = nullptr;
   std::size_t arb = 0;
@@ -380,15 +386,11 @@ void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f
   const kernels::FormatKernels& own = t.fmt[static_cast<int>(f)];
   // A packed kernel comes with its own table's activation layout; Context::exact_nf4 asks for
   // the plain layout's exact product (run on each unpacked group).
-  if (!own.gemm_packed || (ctx.exact_nf4 && k.gemm_exact)) {
+  const bool exact = select_exact(ctx, k);
+  if (!own.gemm_packed || exact) {
     k.gemm_packed = nullptr;
     k.packed_act_bytes = nullptr;
     k.packed_act_relayout = nullptr;
-  }
-  if (ctx.exact_nf4 && k.gemm_exact) {
-    k.gemm = k.gemm_exact;
-    k.act_bytes = k.act_bytes_exact;
-    k.act_relayout = k.act_relayout_exact;
   }
   if (!k.gemm) fail("gemm: format ", traits(f).name, " has no matrix-product kernel");
   ActScratch abuf(0), rbuf(1), pbuf(2);

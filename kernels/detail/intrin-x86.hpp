@@ -343,24 +343,6 @@ inline void lookup_codes32(const Book16<Tag>& b, const std::uint8_t* p, VF<Tag>*
   }
 }
 
-template <class Tag>
-inline VI32<Tag> dot_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
-  if constexpr (Tag::bytes == 64) {
-#if defined(__AVX512VNNI__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpwssd_epi32(acc, a, b));
-#endif
-  } else {
-    const __m256i c = acc, x = a, y = b;
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_epi32(c, x, y));
-#elif defined(__AVXVNNI__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_avx_epi32(c, x, y));
-#endif
-    (void)c, (void)x, (void)y;
-  }
-  return acc + madd_i16<Tag>(a, b);
-}
-
 /// The first n bytes at p (0 < n < Tag::bytes) and zeros above; reads nothing past p + n. Only
 /// for tags with byte-masked loads (AVX-512 BW, also on 32-byte vectors: HasEvex).
 template <class Tag>
@@ -540,6 +522,25 @@ struct ScaledDot {
   }
 };
 
+/// acc + madd_i16(a, b) (pmaddwd then add; one vpdpwssd with VNNI).
+template <class Tag>
+inline VI32<Tag> madd_acc_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512VNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpwssd_epi32(acc, a, b));
+#endif
+  } else {
+    const __m256i c = acc, x = a, y = b;
+#if defined(__AVXVNNI__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_avx_epi32(c, x, y));
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_epi32(c, x, y));
+#endif
+    (void)c, (void)x, (void)y;
+  }
+  return acc + madd_i16<Tag>(a, b);
+}
+
 /// Two int8 dots with per-lane scales in one step: acc + sum over int32 lanes of
 /// scale * (sum of the 4 products of the lane), for a "lo" dot (u_lo x s_lo) and a "hi" dot
 /// (u_hi x s_hi). With VNNI (kPacked): the two dots are narrowed to int16 and interleaved per
@@ -568,11 +569,11 @@ struct ScaledDot2 {
   /// As acc with the dots already made (|dl|, |dh| must fit int16).
   static VI32<Tag> acc_dots(const VI32<Tag>& acc, const VI32<Tag>& dl, const VI32<Tag>& dh,
                             const VI8<Tag>& pat) {
-    return dot_i16<Tag>(acc, pack(dl, dh), as<std::int16_t>(pat));
+    return madd_acc_i16<Tag>(acc, pack(dl, dh), as<std::int16_t>(pat));
   }
   /// acc + pmaddwd(pk, pat) for an already packed pk (vpdpwssd).
   static VI32<Tag> acc_packed(const VI32<Tag>& acc, const VI16<Tag>& pk, const VI8<Tag>& pat) {
-    return dot_i16<Tag>(acc, pk, as<std::int16_t>(pat));
+    return madd_acc_i16<Tag>(acc, pk, as<std::int16_t>(pat));
   }
   /// As acc_dots onto a zero accumulator (pmaddwd: no register to clear).
   static VI32<Tag> first_dots(const VI32<Tag>& dl, const VI32<Tag>& dh, const VI8<Tag>& pat) {
@@ -1083,23 +1084,6 @@ inline VU32<Tag> shr_var_u32(const VU32<Tag>& v, const VU32<Tag>& n) {
   } else {
     return VU32<Tag>(_mm256_srlv_epi32(v, n));
   }
-}
-
-/// acc + madd_i16(a, b) (pmaddwd then add; one vpdpwssd with VNNI).
-template <class Tag>
-inline VI32<Tag> madd_acc_i16(const VI32<Tag>& acc, const VI16<Tag>& a, const VI16<Tag>& b) {
-  if constexpr (Tag::bytes == 64) {
-#if defined(__AVX512VNNI__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm512_dpwssd_epi32(acc, a, b));
-#endif
-  } else {
-#if defined(__AVXVNNI__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_avx_epi32(acc, a, b));
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    if constexpr (Tag::vnni) return VI32<Tag>(_mm256_dpwssd_epi32(acc, a, b));
-#endif
-  }
-  return acc + madd_i16<Tag>(a, b);
 }
 
 /// acc + per int32 lane: scale * (sum of the 4 products u * s of the lane), u <= 63 unsigned, s

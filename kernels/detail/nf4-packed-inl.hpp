@@ -150,7 +150,7 @@ struct PackedNf4 : PackedBody<Tag> {
           static_for<4>([&](auto kc) {
             constexpr int k = decltype(kc)::value;
             const VI16<Tag> w = a.tab.lookup(as<std::uint16_t>(v >> (4 * k)));
-            s[k] = dot_i16<Tag>(s[k], w, as<std::int16_t>(bcast4<Tag>(xu + 2 * k)));
+            s[k] = madd_acc_i16<Tag>(s[k], w, as<std::int16_t>(bcast4<Tag>(xu + 2 * k)));
           });
         } else {
           VU8<Tag> lo, hi;
@@ -159,10 +159,10 @@ struct PackedNf4 : PackedBody<Tag> {
           a.tab.lookup_bytes(lo, w[0], w[1]);
           a.tab.lookup_bytes(hi, w[2], w[3]);
           const VI16<Tag> xl = bcast8(xu), xh = bcast8(xu + 4);
-          s[0] = dot_i16<Tag>(s[0], w[0], xl);
-          s[1] = dot_i16<Tag>(s[1], w[1], xl);
-          s[2] = dot_i16<Tag>(s[2], w[2], xh);
-          s[3] = dot_i16<Tag>(s[3], w[3], xh);
+          s[0] = madd_acc_i16<Tag>(s[0], w[0], xl);
+          s[1] = madd_acc_i16<Tag>(s[1], w[1], xl);
+          s[2] = madd_acc_i16<Tag>(s[2], w[2], xh);
+          s[3] = madd_acc_i16<Tag>(s[3], w[3], xh);
         }
       });
       VF<Tag> f;
