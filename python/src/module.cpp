@@ -41,6 +41,14 @@ const std::vector<Format>& all_formats() {
   return f;
 }
 
+// The packable formats' names, comma-separated (for error messages).
+std::string packable_names() {
+  std::string out;
+  for (Format f : all_formats())
+    if (nibble::packable(f)) out += std::string(out.empty() ? "" : ", ") + nibble::traits(f).name;
+  return out;
+}
+
 Format parse_format(const std::string& name) {
   for (Format f : all_formats()) {
     if (name == nibble::traits(f).name) return f;
@@ -248,8 +256,7 @@ Weights weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
 Weights packed_weight_bytes(const py::handle& w_obj, Format f, std::int64_t cols) {
   if (!nibble::packable(f)) {
     value_error(std::string("packed=True: format ") + nibble::traits(f).name +
-                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, "
-                "iq4_nl, mxfp4)");
+                " has no packed layout (packable: " + packable_names() + ")");
   }
   return weight_bytes(w_obj, f, cols);
 }
@@ -314,8 +321,7 @@ py::array permute(const py::handle& b_obj, const std::string& format,
   const Format f = parse_format(format);
   if (!nibble::packable(f)) {
     value_error(std::string(to_packed ? "pack" : "unpack") + ": format " + nibble::traits(f).name +
-                " has no packed layout (packable: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, "
-                "iq4_nl, mxfp4)");
+                " has no packed layout (packable: " + packable_names() + ")");
   }
   U8Array b = as_blocks(b_obj, what);
   const auto t = nibble::traits(f);

@@ -79,8 +79,10 @@ def test_products_match_plain(fmt):
 
 def test_errors():
     W = blocks_of("q4_K", 20, 256)
-    with pytest.raises(ValueError, match="no packed layout"):
+    with pytest.raises(ValueError, match="no packed layout") as err:
         nibble.pack(blocks_of("bf16", 20, 256), "bf16")
+    listed = str(err.value).split("packable: ")[1].rstrip(")").split(", ")
+    assert sorted(listed) == sorted(PACKABLE)
     with pytest.raises(ValueError, match="no packed layout"):
         nibble.unpack(W, "f32")
     with pytest.raises(ValueError, match="uint8"):
