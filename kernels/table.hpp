@@ -44,6 +44,9 @@ struct FormatKernels {
   void (*gemm_packed)(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                       const void* A, std::size_t a_row_bytes, std::int64_t n, float* Y,
                       std::int64_t ldy) = nullptr;
+  /// gemm_packed serves one activation row only (n = 1); for more the driver unpacks each group
+  /// and uses gemm, as for a null gemm_packed.
+  bool packed_gemv_only = false;
   /// Optional: the same product without rounding the fp32 activations (fp32 products of the
   /// dequantized weights), for tables whose gemm rounds them (NF4/FP4 GEMV on x86: int16), with
   /// its own activation re-layout (same contracts as gemm, act_bytes, act_relayout); chosen by

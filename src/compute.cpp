@@ -387,7 +387,7 @@ void run_gemm_packed(const kernels::KernelTable& t, const Context& ctx, Format f
   // A packed kernel comes with its own table's activation layout; Context::exact_nf4 asks for
   // the plain layout's exact product (run on each unpacked group).
   const bool exact = select_exact(ctx, k);
-  if (!own.gemm_packed || exact) {
+  if (!own.gemm_packed || exact || (own.packed_gemv_only && n > 1)) {
     k.gemm_packed = nullptr;
     k.packed_act_bytes = nullptr;
     k.packed_act_relayout = nullptr;

@@ -28,9 +28,8 @@
 // (<= 0.5 / 8191 of the block's largest |x|) and fp32 accumulation (tests/test_packed.cpp
 // bounds it).
 //
-// GEMM (n > 1): each group is unpacked into a 16-row scratch of plain blocks and multiplied by
-// the float GEMM of the plain layout (Nf4Src, the fp32 activation rows in front of the
-// re-laid-out ones), so prefill costs what it costs on the plain layout.
+// GEMM (n > 1): packed_gemv_only, so the driver (src/compute.cpp) unpacks each group and runs
+// the plain layout's float GEMM: prefill costs what it costs on the plain layout.
 #pragma once
 
 #include <algorithm>
@@ -43,7 +42,6 @@
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
 #include "nibble/kernels/detail/packed-driver-inl.hpp"
-#include "nibble/kernels/detail/rows-inl.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 #include "nibble/kernels/nf4-inl.hpp"
 
@@ -72,14 +70,8 @@ struct PackedNf4 : PackedBody<Tag> {
     return kWords ? kVperm[j] : kBytes[j];
   }
 
-  /// Activations: the plain fp32 row (read by the GEMM), then the int16 values of every block
-  /// in order(), then one fp32 d per block.
-  static std::size_t q_offset(std::int64_t cols) {
-    return (static_cast<std::size_t>(cols) * 4 + 63) / 64 * 64;
-  }
-  static std::size_t d_offset(std::int64_t cols) {
-    return q_offset(cols) + static_cast<std::size_t>(cols) * 2;
-  }
+  /// Activations: the int16 values of every block in order(), then one fp32 d per block.
+  static std::size_t d_offset(std::int64_t cols) { return static_cast<std::size_t>(cols) * 2; }
   static std::size_t act_bytes(std::int64_t cols) {
     return d_offset(cols) + static_cast<std::size_t>(cols / 64) * 4;
   }
@@ -89,8 +81,7 @@ struct PackedNf4 : PackedBody<Tag> {
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* x = static_cast<const float*>(src);
     auto* o = static_cast<std::uint8_t*>(dst);
-    std::memcpy(o, x, static_cast<std::size_t>(cols) * 4);
-    auto* q = reinterpret_cast<std::int16_t*>(o + q_offset(cols));
+    auto* q = reinterpret_cast<std::int16_t*>(o);
     auto* d = reinterpret_cast<float*>(o + d_offset(cols));
     for (std::int64_t b = 0; b < cols / 64; ++b, x += 64, q += 64) {
       float amax = 0.0f;
@@ -121,7 +112,7 @@ struct PackedNf4 : PackedBody<Tag> {
     Table tab;
   };
   static Act act(const std::uint8_t* A, std::int64_t cols) {
-    return {reinterpret_cast<const std::int16_t*>(A + q_offset(cols)),
+    return {reinterpret_cast<const std::int16_t*>(A),
             reinterpret_cast<const float*>(A + d_offset(cols)), Table(Book::kTable.v)};
   }
   static std::int64_t blocks(std::int64_t cols) { return cols / 64; }
@@ -181,31 +172,13 @@ struct PackedNf4 : PackedBody<Tag> {
     for (int h = 0; h < kH; ++h) (st.acc[h] / VF<Tag>(Book::kScale)).store_unaligned(y + h * B::kL);
   }
 
-  /// FormatKernels::gemm_packed: the packed GEMV for one activation row; for more, each group
-  /// unpacked into plain blocks and the plain layout's float GEMM.
+  /// FormatKernels::gemm_packed, for one activation row (packed_gemv_only: the driver unpacks
+  /// each group and runs the plain float GEMM for more).
   static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                    const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    const auto* p = static_cast<const std::uint8_t*>(P);
-    if (n == 1)
-      return packed_gemv<PackedNf4>(p, g0, g1, cols, static_cast<const std::uint8_t*>(A), Y);
-    const std::int64_t nb = cols / 64;
-    const std::size_t rb = static_cast<std::size_t>(nb) * kNf4Bytes;
-    AlignedBuf buf(16 * rb);
-    auto* rows = static_cast<std::uint8_t*>(buf.p);
-    for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* pg = p + static_cast<std::size_t>(g) * 16 * rb;
-      for (std::int64_t b = 0; b < nb; ++b) {
-        const std::uint8_t* gb = pg + static_cast<std::size_t>(b) * kGroupBlock;
-        for (int i = 0; i < 16; ++i) {
-          std::uint8_t* blk = rows + i * rb + static_cast<std::size_t>(b) * kNf4Bytes;
-          std::memcpy(blk, gb + 4 * i, 4);
-          for (int u = 0; u < 8; ++u)
-            std::memcpy(blk + 4 + 4 * u, gb + PackedGroup::kUnitRow * (1 + u) + 4 * i, 4);
-        }
-      }
-      float_gemm<Tag, Nf4Src<Tag, Fp4>, Nf4TileShape<Tag>>(rows, rb, 0, 16, cols, A, arb, n,
-                                                           Y + 16 * g, ldy);
-    }
+    for (std::int64_t j = 0; j < n; ++j)
+      packed_gemv<PackedNf4>(static_cast<const std::uint8_t*>(P), g0, g1, cols,
+                             static_cast<const std::uint8_t*>(A) + j * arb, Y + j * ldy);
   }
 };
 

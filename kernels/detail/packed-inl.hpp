@@ -175,6 +175,8 @@ void register_packed(KernelTable& t) {
 #if defined(NIBBLE_K_X86)
     set_packed<PackedNf4<Tag, false>>(t, Format::nf4);
     set_packed<PackedNf4<Tag, true>>(t, Format::fp4);
+    entry(t, Format::nf4).packed_gemv_only = true;  // n > 1: the plain float GEMM per group
+    entry(t, Format::fp4).packed_gemv_only = true;
 #endif
   }
 #else
