@@ -28,8 +28,9 @@
 // (<= 0.5 / 8191 of the block's largest |x|) and fp32 accumulation (tests/test_packed.cpp
 // bounds it).
 //
-// GEMM (n > 1): packed_gemv_only, so the driver (src/compute.cpp) unpacks each group and runs
-// the plain layout's float GEMM: prefill costs what it costs on the plain layout.
+// GEMM (n > 1): no packed GEMM (set_packed marks the table entry packed_gemv_only), so the driver
+// (src/compute.cpp) unpacks each group and runs the plain layout's float GEMM: prefill costs what
+// it costs on the plain layout.
 #pragma once
 
 #include <algorithm>
@@ -170,15 +171,6 @@ struct PackedNf4 : PackedBody<Tag> {
 
   static void store(const State& st, float* y) {
     for (int h = 0; h < kH; ++h) (st.acc[h] / VF<Tag>(Book::kScale)).store_unaligned(y + h * B::kL);
-  }
-
-  /// FormatKernels::gemm_packed, for one activation row (packed_gemv_only: the driver unpacks
-  /// each group and runs the plain float GEMM for more).
-  static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                   const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-    for (std::int64_t j = 0; j < n; ++j)
-      packed_gemv<PackedNf4>(static_cast<const std::uint8_t*>(P), g0, g1, cols,
-                             static_cast<const std::uint8_t*>(A) + j * arb, Y + j * ldy);
   }
 };
 

@@ -163,17 +163,26 @@ struct Q8KPrepAct {
   }
 };
 
+/// The packed GEMV of the body K once per activation row: the small-n part of packed_gemm, and
+/// the whole gemm_packed of a body without a GEMM of its own (set_packed).
+template <class K>
+void packed_gemv_rows(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                      const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
+  const auto* p = static_cast<const std::uint8_t*>(P);
+  const auto* a = static_cast<const std::uint8_t*>(A);
+  for (std::int64_t j = 0; j < n; ++j)
+    packed_gemv<K>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
+}
+
 /// FormatKernels::gemm_packed of the body K whose GEMM policy is Pol: the packed GEMV once per
 /// activation row below kRowsMinN rows, the rows engine with tiles read from the packed bytes
 /// (Pol::repack_packed) from there.
 template <class Tag, class K, class Pol, std::int64_t kRowsMinN>
 void packed_gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols, const void* A,
                  std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
-  const auto* p = static_cast<const std::uint8_t*>(P);
-  const auto* a = static_cast<const std::uint8_t*>(A);
-  if (n >= kRowsMinN) return RowsGemm<Tag, Pol>::gemm_packed(p, g0, g1, cols, a, arb, n, Y, ldy);
-  for (std::int64_t j = 0; j < n; ++j)
-    packed_gemv<K>(p, g0, g1, cols, a + static_cast<std::size_t>(j) * arb, Y + j * ldy);
+  if (n < kRowsMinN) return packed_gemv_rows<K>(P, g0, g1, cols, A, arb, n, Y, ldy);
+  RowsGemm<Tag, Pol>::gemm_packed(static_cast<const std::uint8_t*>(P), g0, g1, cols,
+                                  static_cast<const std::uint8_t*>(A), arb, n, Y, ldy);
 }
 
 #endif

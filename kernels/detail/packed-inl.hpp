@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "nibble/formats/q6_k.hpp"
 #include "nibble/formats/q8_0.hpp"
@@ -142,12 +143,24 @@ struct PackedQ8_0 : PackedBody<Tag> {
 #endif
 
 #if defined(NIBBLE_K_X86) || defined(NIBBLE_K_NEON)
-/// The packed body K's entries of format f: its gemm_packed and its activation relayout
+/// Whether the packed body K has a GEMM of its own (K::gemm).
+template <class K, class = void>
+struct HasPackedGemm : std::false_type {};
+template <class K>
+struct HasPackedGemm<K, std::void_t<decltype(K::gemm)>> : std::true_type {};
+
+/// The packed body K's entries of format f: its gemm_packed (K::gemm, or for a body without one
+/// its GEMV per activation row, marked packed_gemv_only) and its activation relayout
 /// (K::act_bytes / K::relayout; null: the plain activation rows).
 template <class K>
 void set_packed(KernelTable& t, Format f) {
   FormatKernels& k = entry(t, f);
-  k.gemm_packed = K::gemm;
+  if constexpr (HasPackedGemm<K>::value) {
+    k.gemm_packed = K::gemm;
+  } else {  // GEMV only: n > 1 goes to the plain GEMM on unpacked groups
+    k.gemm_packed = packed_gemv_rows<K>;
+    k.packed_gemv_only = true;
+  }
   k.packed_act_bytes = K::act_bytes;
   k.packed_act_relayout = K::relayout;
 }
@@ -175,8 +188,6 @@ void register_packed(KernelTable& t) {
 #if defined(NIBBLE_K_X86)
     set_packed<PackedNf4<Tag, false>>(t, Format::nf4);
     set_packed<PackedNf4<Tag, true>>(t, Format::fp4);
-    entry(t, Format::nf4).packed_gemv_only = true;  // n > 1: the plain float GEMM per group
-    entry(t, Format::fp4).packed_gemv_only = true;
 #endif
   }
 #else
