@@ -44,29 +44,34 @@ cmake --build "$BUILD/nibble" --target $TESTS -j"$JOBS"
 echo "== built $TESTS [$(($(date +%s) - t0)) s]"
 
 # 3. Run under qemu with and without dotprod.
-fail=0
-run() {  # cpu expect_isas
-  local cpu="$1" expect="$2" t s
-  for t in $TESTS; do
-    s=$(date +%s)
-    if NIBBLE_EXPECT_ISAS="$expect" NIBBLE_EXPECT_BEST=neon \
-        qemu-aarch64 -cpu "$cpu" -L "$SYSROOT" "$BUILD/nibble/tests/$t" --gtest_brief=1; then
-      echo "== PASS $t (qemu -cpu $cpu, expect $expect) [$(($(date +%s) - s)) s]"
-    else
-      echo "== FAIL $t (qemu -cpu $cpu, expect $expect)"
-      fail=1
-    fi
-  done
+# Every (cpu, test) pair is one job, JOBS at a time (each job's output is printed when it ends).
+# shellcheck source=jobs.sh
+source "$SRC/tests/cross/jobs.sh"
+one() {  # cpu expect_isas test
+  local cpu="$1" expect="$2" t="$3" s
+  s=$(date +%s)
+  if NIBBLE_EXPECT_ISAS="$expect" NIBBLE_EXPECT_BEST=neon \
+      qemu-aarch64 -cpu "$cpu" -L "$SYSROOT" "$BUILD/nibble/tests/$t" --gtest_brief=1; then
+    echo "== PASS $t (qemu -cpu $cpu, expect $expect) [$(($(date +%s) - s)) s]"
+  else
+    echo "== FAIL $t (qemu -cpu $cpu, expect $expect)"
+    return 1
+  fi
 }
-run max neon,neondot
-run cortex-a53 neon
 # NIBBLE_ISA=scalar must make dispatch pick scalar.
-if NIBBLE_ISA=scalar NIBBLE_EXPECT_BEST=scalar NIBBLE_EXPECT_ISAS=neon,neondot \
-    qemu-aarch64 -cpu max -L "$SYSROOT" "$BUILD/nibble/tests/test_dispatch" --gtest_brief=1; then
-  echo "== PASS test_dispatch with NIBBLE_ISA=scalar"
-else
-  echo "== FAIL test_dispatch with NIBBLE_ISA=scalar"
-  fail=1
-fi
+scalar_pick() {
+  if NIBBLE_ISA=scalar NIBBLE_EXPECT_BEST=scalar NIBBLE_EXPECT_ISAS=neon,neondot \
+      qemu-aarch64 -cpu max -L "$SYSROOT" "$BUILD/nibble/tests/test_dispatch" --gtest_brief=1; then
+    echo "== PASS test_dispatch with NIBBLE_ISA=scalar"
+  else
+    echo "== FAIL test_dispatch with NIBBLE_ISA=scalar"
+    return 1
+  fi
+}
+for t in $TESTS; do bg_job "$t.max" one max neon,neondot "$t"; done
+for t in $TESTS; do bg_job "$t.a53" one cortex-a53 neon "$t"; done
+bg_job scalar_pick scalar_pick
+fail=0
+bg_wait || fail=1
 echo "== total $(($(date +%s) - t0)) s"
 exit $fail

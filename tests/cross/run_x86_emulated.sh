@@ -7,7 +7,8 @@
 #
 # usage: tests/cross/run_x86_emulated.sh BUILD_DIR
 #   BUILD_DIR: a native x86-64 build directory (configured and built here if needed).
-#   env: JOBS=2, TESTS="test_a test_b" (default: test_dispatch test_api test_kernels_*)
+#   env: JOBS=2 (tests run at a time), TESTS="test_a test_b" (default: test_dispatch test_api
+#   test_kernels_*; list the longest first, they are started in that order)
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,21 +29,23 @@ fi
 cmake --build "$BUILD" --target $TESTS -j"$JOBS"
 echo "== built $TESTS [$(($(date +%s) - t0)) s]"
 
-fail=0
-run() {  # cpu expect_isas expect_best
-  local cpu="$1" expect="$2" best="$3" t s
-  for t in $TESTS; do
-    s=$(date +%s)
-    if NIBBLE_EXPECT_ISAS="$expect" NIBBLE_EXPECT_BEST="$best" \
-        qemu-x86_64 -cpu "$cpu" "$BUILD/tests/$t" --gtest_brief=1; then
-      echo "== PASS $t (qemu -cpu $cpu, expect $expect) [$(($(date +%s) - s)) s]"
-    else
-      echo "== FAIL $t (qemu -cpu $cpu, expect $expect, exit $?)"
-      fail=1
-    fi
-  done
+# Every (cpu, test) pair is one job, JOBS at a time (each job's output is printed when it ends).
+# shellcheck source=jobs.sh
+source "$SRC/tests/cross/jobs.sh"
+one() {  # cpu expect_isas expect_best test
+  local cpu="$1" expect="$2" best="$3" t="$4" s
+  s=$(date +%s)
+  if NIBBLE_EXPECT_ISAS="$expect" NIBBLE_EXPECT_BEST="$best" \
+      qemu-x86_64 -cpu "$cpu" "$BUILD/tests/$t" --gtest_brief=1; then
+    echo "== PASS $t (qemu -cpu $cpu, expect $expect) [$(($(date +%s) - s)) s]"
+  else
+    echo "== FAIL $t (qemu -cpu $cpu, expect $expect, exit $?)"
+    return 1
+  fi
 }
-run Haswell avx2 avx2
-run Nehalem scalar scalar
+for t in $TESTS; do bg_job "$t.Haswell" one Haswell avx2 avx2 "$t"; done
+for t in $TESTS; do bg_job "$t.Nehalem" one Nehalem scalar scalar "$t"; done
+fail=0
+bg_wait || fail=1
 echo "== total $(($(date +%s) - t0)) s"
 exit $fail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of nibble with clang++-14 (the library with ASan, the targets with
-# ASan + UBSan) and runs each for a bounded time.
+# ASan + UBSan) and runs each for a bounded time, JOBS (default 2) targets at a time.
 #   usage: tests/fuzz/run.sh BUILD_DIR SECONDS
 # Targets: fuzz_gguf (GGUF reader + writer fixed point), fuzz_imatrix (imatrix reader),
 # fuzz_tokenizer (the text tokenizer on arbitrary bytes, tests/data/tokenizer vocabularies),
@@ -48,15 +48,25 @@ build_target() {  # name source [extra flags...]
     -I"$ROOT/include" -I"$BUILD/lib/kinc" $EIGEN_INC \
     "$ROOT/tests/fuzz/$src" "$BUILD/lib/libnibble.a" -o "$BUILD/$name"
 }
+# JOBS (default 2) at a time: bg_job / bg_wait.
+BG_DIR="$BUILD/jobs"
+mkdir -p "$BG_DIR"
+# shellcheck source=../cross/jobs.sh
+source "$ROOT/tests/cross/jobs.sh"
 targets=(fuzz_gguf fuzz_imatrix fuzz_tokenizer)
-build_target fuzz_gguf fuzz_gguf.cpp
-build_target fuzz_imatrix fuzz_imatrix.cpp
-build_target fuzz_tokenizer fuzz_tokenizer.cpp \
-  -DNIBBLE_FUZZ_TOKENIZER_DATA="\"$ROOT/tests/data/tokenizer\""
-for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K; do
-  build_target "fuzz_dequant_$f" fuzz_dequant.cpp -DNIBBLE_FUZZ_FORMAT="$f"
-  targets+=("fuzz_dequant_$f")
+for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K; do targets+=("fuzz_dequant_$f"); done
+rm -f "$BG_DIR"/*.rc
+for t in "${targets[@]}"; do
+  case "$t" in
+    fuzz_tokenizer) extra=(-DNIBBLE_FUZZ_TOKENIZER_DATA="\"$ROOT/tests/data/tokenizer\"") ;;
+    fuzz_dequant_*) extra=(-DNIBBLE_FUZZ_FORMAT="${t#fuzz_dequant_}") ;;
+    *) extra=() ;;
+  esac
+  src="$t.cpp"
+  case "$t" in fuzz_dequant_*) src=fuzz_dequant.cpp ;; esac
+  bg_job "build_$t" build_target "$t" "$src" "${extra[@]}"
 done
+bg_wait || { echo "fuzz: building the targets FAILED"; exit 1; }
 built=$(date +%s)
 echo "fuzz: built ${#targets[@]} targets in $((built - start)) s"
 
@@ -91,11 +101,9 @@ for i, t in enumerate(texts):
     open(os.path.join(d, 'text%d' % i), 'wb').write(bytes([i * 37 % 256]) + t.encode() + (b'\xff\xc3' if i == 2 else b''))
 PY
 
-# 4. Run.
-status=0
-for t in "${targets[@]}"; do
-  mkdir -p "$BUILD/corpus_$t"
-  cp -n "$BUILD"/corpus/* "$BUILD/corpus_$t/" 2>/dev/null || true
+# 4. Run, JOBS targets at a time.
+run_target() {  # name
+  local t="$1" t0
   t0=$(date +%s)
   if "$BUILD/$t" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -max_len=65536 \
       -artifact_prefix="$BUILD/artifacts/$t-" -print_final_stats=1 "$BUILD/corpus_$t" \
@@ -104,8 +112,15 @@ for t in "${targets[@]}"; do
   else
     echo "fuzz: $t FAILED (see $BUILD/$t.log and $BUILD/artifacts)"
     tail -n 30 "$BUILD/$t.log"
-    status=1
+    return 1
   fi
+}
+for t in "${targets[@]}"; do
+  mkdir -p "$BUILD/corpus_$t"
+  cp -n "$BUILD"/corpus/* "$BUILD/corpus_$t/" 2>/dev/null || true
+  bg_job "run_$t" run_target "$t"
 done
+status=0
+bg_wait || status=1
 echo "fuzz: total $(( $(date +%s) - start )) s"
 exit $status
