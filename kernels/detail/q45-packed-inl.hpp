@@ -100,12 +100,13 @@ struct PackedQ45 : PackedBody<Tag> {
       hi = (q >> 4) & m4;
     }
     if constexpr (HighBit && !kFifthDot) {
-      // qh bytes 4k..: the same positions; bit 2 sp (2 sp + 1) of each byte moved to bit 4 by
-      // one shift of the whole dword (bits crossing into a neighbour byte are masked off)
-      const VU32<Tag> qh = unit(gb, 4 + k, h), b4(0x10101010u);
-      const int sl = 4 - 2 * sp, sh = 3 - 2 * sp;
-      lo = lo | ((sl >= 0 ? qh << sl : qh >> -sl) & b4);
-      hi = hi | ((sh >= 0 ? qh << sh : qh >> -sh) & b4);
+      // qh bytes 4k..: the same positions; bits 2 sp and 2 sp + 1 of each byte moved down to
+      // bits 0 and 1 by one shift of the whole dword, then to bit 4 by shifts by constants (bits
+      // crossing into a neighbour byte are masked off). One shift by the loop's count, and no
+      // branch on its sign.
+      const VU32<Tag> qh = unit(gb, 4 + k, h) >> (2 * sp), b4(0x10101010u);
+      lo = lo | ((qh << 4) & b4);
+      hi = hi | ((qh << 3) & b4);
     }
   }
 
