@@ -3,14 +3,17 @@
 #   bg_job NAME COMMAND...   start COMMAND when fewer than JOBS are running; its output goes to
 #                            $BG_DIR/NAME.log and is printed whole when it ends
 #   bg_wait                  wait for all; returns 1 if any failed (each failure is named)
-# BG_DIR: a fresh temporary directory unless set before sourcing.
+# BG_DIR: a fresh temporary directory unless set before sourcing (created if missing; a job's
+# status file from an earlier run is removed when the job of that name starts).
 BG_DIR="${BG_DIR:-$(mktemp -d)}"
+mkdir -p "$BG_DIR"
 BG_NAMES=()
 bg_job() {
   local name="$1"
   shift
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n || true; done
   BG_NAMES+=("$name")
+  rm -f "$BG_DIR/$name.rc"
   (
     set +e
     "$@" >"$BG_DIR/$name.log" 2>&1

@@ -50,12 +50,10 @@ build_target() {  # name source [extra flags...]
 }
 # JOBS (default 2) at a time: bg_job / bg_wait.
 BG_DIR="$BUILD/jobs"
-mkdir -p "$BG_DIR"
 # shellcheck source=../cross/jobs.sh
 source "$ROOT/tests/cross/jobs.sh"
 targets=(fuzz_gguf fuzz_imatrix fuzz_tokenizer)
 for f in q8_0 q4_K q5_K q6_K q8_K nf4 fp4 q5_1 iq4_xs q3_K; do targets+=("fuzz_dequant_$f"); done
-rm -f "$BG_DIR"/*.rc
 for t in "${targets[@]}"; do
   case "$t" in
     fuzz_tokenizer) extra=(-DNIBBLE_FUZZ_TOKENIZER_DATA="\"$ROOT/tests/data/tokenizer\"") ;;
