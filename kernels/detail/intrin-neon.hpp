@@ -426,6 +426,14 @@ template <class A>
 inline xsimd::batch<float, A> sqrt_ieee(const xsimd::batch<float, A>& a) {
   return xsimd::batch<float, A>(vsqrtq_f32(a));
 }
+/// See intrin-x86.hpp: the sum accumulated into v stays a chain in program order.
+template <class T, class A>
+[[gnu::always_inline]] inline void keep_order(xsimd::batch<T, A>& v) {
+  typename xsimd::batch<T, A>::register_type r = v;
+  __asm__("" : "+w"(r));
+  v = xsimd::batch<T, A>(r);
+}
+
 template <class A>
 inline xsimd::batch<float, A> round_even(const xsimd::batch<float, A>& a) {
   return xsimd::batch<float, A>(vrndnq_f32(a));

@@ -62,38 +62,70 @@ struct PackedQ6 : PackedBody<Tag> {
   static constexpr std::size_t (*act_bytes)(std::int64_t) = nullptr;  // plain Q8_K rows
   static constexpr void (*relayout)(const void*, std::int64_t, void*) = nullptr;
 
+  /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over two units (pmaddubsw /
+  /// smull: 2 * 2 * 63 * 127 < 2^15) widened once per pair.
+  static constexpr bool kInt32 = Tag::vnni || Tag::dotprod;
+
+  /// The unsigned 6-bit levels of quarters J and J + 2 (J = 0, 1) at unit k of half hh,
+  /// sub-tile h: both take their low 4 bits from the same ql unit (low / high nibbles) and their
+  /// top bits from the same qh unit (bits 2J and 2J + 4 of each byte, moved to bits 4 and 5).
+  template <int J>
+  [[gnu::always_inline]] static inline void levels(const std::uint8_t* gb, int hh, int k, int h,
+                                                   VU8<Tag>& l0, VU8<Tag>& l2) {
+    const VU32<Tag> m4(0x0F0F0F0Fu), m30(0x30303030u);
+    const VU32<Tag> q = packed_unit<Tag>(gb, 24 * hh + 3 * k + J, h);
+    const VU32<Tag> qh = packed_unit<Tag>(gb, 24 * hh + 3 * k + 2, h);
+    l0 = as<std::uint8_t>((q & m4) | ((qh << (4 - 2 * J)) & m30));
+    l2 = as<std::uint8_t>(((q >> 4) & m4) | ((qh >> (2 * J)) & m30));
+  }
+
+  /// One group block: per half, quarters J and J + 2 together, sub-block by sub-block, each
+  /// sub-block's scaled sum added to the total before the next starts (keep_order), so that two
+  /// int32 sums are live besides the total. The per-unit order (all four quarters of a unit at
+  /// once, eight sums live) spilled on the 16 registers of the 256-bit tags (docs/kernels.md,
+  /// "Register pressure on 256-bit").
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, Act a, std::int64_t b,
                                                   State& st) {
-    const VU32<Tag> m4(0x0F0F0F0Fu), m30(0x30303030u);
     const BlockQ8_K& ab = a[b];
     const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
     const VF<Tag> da(ab.d);
     for (int h = 0; h < kH; ++h) {
       VI32<Tag> tot(0);
       for (int hh = 0; hh < 2; ++hh) {
-        VI32<Tag> s[4][2];  // quarter j, sub-block half k / 4
-        for (int j = 0; j < 4; ++j)
-          for (int t = 0; t < 2; ++t) s[j][t] = VI32<Tag>(-32 * ab.bsums[8 * hh + 2 * j + t]);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-          const VU32<Tag> qa = packed_unit<Tag>(gb, 24 * hh + 3 * k, h);
-          const VU32<Tag> qb = packed_unit<Tag>(gb, 24 * hh + 3 * k + 1, h);
-          const VU32<Tag> qh = packed_unit<Tag>(gb, 24 * hh + 3 * k + 2, h);
-          const VU32<Tag> lv[4] = {(qa & m4) | ((qh << 4) & m30), (qb & m4) | ((qh << 2) & m30),
-                                   ((qa >> 4) & m4) | (qh & m30),
-                                   ((qb >> 4) & m4) | ((qh >> 2) & m30)};
-          for (int j = 0; j < 4; ++j)
-            s[j][k / 4] = dot_u8s8<Tag>(s[j][k / 4], as<std::uint8_t>(lv[j]),
-                                        bcast4<Tag>(aq + 128 * hh + 32 * j + 4 * k));
-        }
-        for (int j = 0; j < 4; ++j)
-          for (int t = 0; t < 2; ++t) {
-            const int sb = 8 * hh + 2 * j + t;
-            const VI32<Tag> sc =
-                (as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h)) << (24 - 8 * (sb % 4))) >>
-                24;
-            tot = tot + s[j][t] * sc;
+        static_for<2>([&](auto jc) {
+          constexpr int J = decltype(jc)::value;
+          for (int t = 0; t < 2; ++t) {  // sub-blocks 8 hh + 2 J + t and + 4: units 4 t ..
+            const int sb = 8 * hh + 2 * J + t;
+            const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;      // quarter J
+            const std::uint8_t* x2 = x0 + 64;                              // quarter J + 2
+            VI32<Tag> s0(-32 * ab.bsums[sb]), s2(-32 * ab.bsums[sb + 4]);  // the level offset
+            if constexpr (kInt32) {
+              for (int k = 0; k < 4; ++k) {
+                VU8<Tag> l0, l2;
+                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+                s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
+                s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
+              }
+            } else {
+              for (int k = 0; k < 4; k += 2) {
+                VU8<Tag> l0, l2, m0, m2;
+                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+                levels<J>(gb, hh, 4 * t + k + 1, h, m0, m2);
+                const VI16<Tag> p0 = madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k)) +
+                                     madd_u8s8<Tag>(m0, bcast4<Tag>(x0 + 4 * k + 4));
+                const VI16<Tag> p2 = madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k)) +
+                                     madd_u8s8<Tag>(m2, bcast4<Tag>(x2 + 4 * k + 4));
+                s0 = s0 + madd_i16<Tag>(p0, VI16<Tag>(1));
+                s2 = s2 + madd_i16<Tag>(p2, VI16<Tag>(1));
+              }
+            }
+            const VI32<Tag> u = as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h));
+            const int sh = 24 - 8 * (sb % 4);  // sub-block sb + 4: the next unit, same byte
+            const VI32<Tag> u4 = as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4 + 1, h));
+            tot = tot + s0 * ((u << sh) >> 24) + s2 * ((u4 << sh) >> 24);
+            keep_order(tot);
           }
+        });
       }
       const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, st.acc[h]);

@@ -123,10 +123,8 @@ struct PackedQ45 : PackedBody<Tag> {
     const Prep& pb = act.p[b];
     const VF<Tag> da(act.a[b].d);
     for (int h = 0; h < kH; ++h) {
-      const VU32<Tag> hd = unit(gb, 0, h), u0 = unit(gb, 1, h), u1 = unit(gb, 2, h),
-                      u2 = unit(gb, 3, h);
+      const VU32<Tag> u0 = unit(gb, 1, h), u2 = unit(gb, 3, h);
       const VU32<Tag> sc[2] = {u0 & k3f, (u2 & m4) | ((u0 >> 2) & k30)};
-      const VU32<Tag> mn[2] = {u1 & k3f, ((u2 >> 4) & m4) | ((u1 >> 2) & k30)};
       VI32<Tag> tot(0), tot_hi(0);      // tot_hi: the 16x high-nibble sums (kHiTrick only)
       for (int sp = 0; sp < 4; ++sp) {  // sub-blocks 2 sp (low nibbles) and 2 sp + 1
         const VU32<Tag> s = sc[sp / 2] >> (16 * (sp % 2));
@@ -173,6 +171,14 @@ struct PackedQ45 : PackedBody<Tag> {
               lo16 = lo16 + madd_u8s8<Tag>(as<std::uint8_t>(lo), bcast4<Tag>(aq + 64 * sp + 4 * k));
               hi16 = hi16 +
                      madd_u8s8<Tag>(as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
+              // Q4_K: the two sums stay chains (keep_order); otherwise GCC adds the eight
+              // units' products up as a tree and makes every unit's levels first (AVX2: 141 ->
+              // 66 stack accesses, warm +16 %, docs/kernels.md "Register pressure on 256-bit").
+              // Q5_K measured alike with and without.
+              if constexpr (!HighBit) {
+                keep_order(lo16);
+                keep_order(hi16);
+              }
             }
             tot = tot + madd_i16<Tag>(lo16, p_lo);
             tot = tot + madd_i16<Tag>(hi16, p_hi);
@@ -180,6 +186,9 @@ struct PackedQ45 : PackedBody<Tag> {
         }
       }
       if constexpr (kHiTrick) tot = tot + (tot_hi >> 4);  // exact: multiples of 16
+      // the mins and d only now: fewer registers live across the sums above
+      const VU32<Tag> hd = unit(gb, 0, h), u1 = unit(gb, 2, h);
+      const VU32<Tag> mn[2] = {u1 & k3f, ((unit(gb, 3, h) >> 4) & m4) | ((u1 >> 2) & k30)};
       VI32<Tag> ms = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.mh));
       ms = dot_u8s8<Tag>(ms, as<std::uint8_t>(mn[1]), bcast4<Tag>(pb.mh + 4));
       VI32<Tag> ml = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.ml));
