@@ -713,7 +713,8 @@ inline void transpose_i32(VI32<Tag>* r) {
 /// An empty asm statement that the compiler must assume reads and changes v, so that a sum
 /// accumulated into v stays a chain in program order. Without it GCC's reassociation may
 /// compute every addend first and add them up at the end, which keeps them all live at once
-/// (the packed Q6_K GEMV on 256-bit tags spilled 104 registers' worth of them).
+/// (the packed Q6_K GEMV on AVX2 made 187 stack accesses; docs/kernels.md, "Register
+/// pressure on 256-bit").
 template <class T, class A>
 [[gnu::always_inline]] inline void keep_order(xsimd::batch<T, A>& v) {
   typename xsimd::batch<T, A>::register_type r = v;

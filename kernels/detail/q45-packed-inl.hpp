@@ -172,9 +172,9 @@ struct PackedQ45 : PackedBody<Tag> {
               hi16 = hi16 +
                      madd_u8s8<Tag>(as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
               // Q4_K: the two sums stay chains (keep_order); otherwise GCC adds the eight
-              // units' products up as a tree and makes every unit's levels first (AVX2: 141 ->
-              // 66 stack accesses, warm +16 %, docs/kernels.md "Register pressure on 256-bit").
-              // Q5_K measured alike with and without.
+              // units' products up as a tree and makes every unit's levels first (AVX2, with the
+              // mins read late: 141 -> 58 stack accesses, warm +16 %, docs/kernels.md "Register
+              // pressure on 256-bit"). Q5_K measured alike with and without.
               if constexpr (!HighBit) {
                 keep_order(lo16);
                 keep_order(hi16);
