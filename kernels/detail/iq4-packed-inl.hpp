@@ -86,12 +86,12 @@ struct PackedIQ4XS : PackedBody<Tag> {
           // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise
           // reassociated them and spilled (AVX2: 174 -> 14 stack accesses, warm +15 %,
           // docs/kernels.md "Register pressure on 256-bit")
-          if constexpr (!Tag::vnni && !Tag::dotprod) keep_order(s);
+          if constexpr (!PackedBody<Tag>::kIntDots) keep_order(s);
         });
         const VU32<Tag> ls =
             ((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) | (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4);
         tot = tot + s * (as<std::int32_t>(ls) - VI32<Tag>(32));
-        if constexpr (!Tag::vnni && !Tag::dotprod) keep_order(tot);
+        if constexpr (!PackedBody<Tag>::kIntDots) keep_order(tot);
       });
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(w0) * da, st.acc[h]);
     }

@@ -140,6 +140,9 @@ template <class Tag>
 struct PackedBody {
   static constexpr int kL = Tag::bytes / 4;           ///< rows per register
   static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
+  /// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI, sdot); the
+  /// bodies without them sum pmaddubsw / smull pairs in int16 first.
+  static constexpr bool kIntDots = Tag::vnni || Tag::dotprod;
   struct State {
     VF<Tag> acc[kH];
     State() {

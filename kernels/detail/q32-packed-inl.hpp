@@ -43,7 +43,7 @@ struct PackedQ32 : PackedBody<Tag> {
   static constexpr int kStreams = 2;  ///< see packed_gemv
   /// int32 sums per unit (VNNI, sdot, and IQ4_NL's S8Dot), or int16 pair sums over kDepthU
   /// units (pmaddubsw: Q32Rows' bound, two slots per unit) widened once.
-  static constexpr bool kInt32 = Tag::vnni || Tag::dotprod || S::kSigned;
+  static constexpr bool kInt32 = PackedBody<Tag>::kIntDots || S::kSigned;
   static constexpr int kDepthU = kInt32 ? 1 : Q32Rows<Tag, F>::template kDepth<Tag> / 2;
 
   /// Per activation block: d_a as fp32, the offset term -kOff * sum(a) and (Q8_1) s.
