@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nibble/core/cpu.hpp"
 #include "nibble/formats/q8_k.hpp"
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
@@ -40,33 +41,48 @@ struct PackedGroup {
 /// loop at 31-38 GB/s. 2, 3 and 4 KiB ahead measured alike; 3 KiB was best on most rows.
 inline constexpr std::size_t kPackedPrefetch = 3072;
 
-/// Besides, every line kPackedPrefetchL2 bytes ahead is prefetched into L2, so that the L1
-/// prefetch above finds it there. On an Emerald Rapids core (2.6 GHz, 12.4 GB/s from DRAM on one
-/// core; 4096 x 4096, cold, alternated runs, ratio to the paired sum loop, 1 thread) the L1
-/// prefetch alone left bodies that are not far faster than DRAM below the bandwidth: q4_K.x16 on
-/// AVX-512 0.96 -> 1.08, on AVX-VNNI 0.85 -> 1.00, q6_K.x16 on AVX2 0.71 -> 0.82, iq4_xs.x16 on
-/// AVX-512 0.85 -> 1.00; the packed Q4_K_M decode step 0.97 -> 1.06 (1 thread), 0.94 -> 1.11 (2);
-/// 8 KiB ahead measured about the same (docs/kernels.md, "Streaming on an Emerald Rapids
-/// core"). On a 16-core VM of that CPU the packed decode step read 11.1 -> 14.2 tokens/s on one
-/// thread and 119 -> 123 (noise-sized) on 16. Not measured on the Zen cores.
+/// Besides, except on AMD cores, every line kPackedPrefetchL2 bytes ahead is prefetched into L2, so
+/// that the L1 prefetch above finds it there (packed_prefetch_l2). On an Emerald Rapids core
+/// (2.6 GHz, 12.4 GB/s from DRAM on one core; 4096 x 4096, cold, alternated runs, ratio to the
+/// paired sum loop, 1 thread) the L1 prefetch alone left bodies that are not far faster than DRAM
+/// below the bandwidth: q4_K.x16 on AVX-512 0.96 -> 1.08, on AVX-VNNI 0.85 -> 1.00, q6_K.x16 on
+/// AVX2 0.71 -> 0.82, iq4_xs.x16 on AVX-512 0.85 -> 1.00; the packed Q4_K_M decode step 0.97 ->
+/// 1.06 (1 thread), 0.94 -> 1.11 (2); 8 KiB ahead measured about the same (docs/kernels.md,
+/// "Streaming on an Emerald Rapids core"). On a 16-core VM of that CPU the packed decode step
+/// read 11.1 -> 14.2 tokens/s on one thread and 119 -> 123 (noise-sized) on 16.
 inline constexpr std::size_t kPackedPrefetchL2 = 16384;
 
+/// Whether the packed GEMVs issue the kPackedPrefetchL2 prefetches: not on AMD cores. On a Zen 5
+/// core (28-35 GB/s from DRAM on one core; 4096 x 4096, cold, 4 rounds alternating the two
+/// settings, median ratio to the paired sum loop) every packed row read better without them:
+/// AVX-512 q4_K.x16 0.98 -> 1.12 (1 thread) and 0.82 -> 0.99 (2), q6_K.x16 0.81 -> 0.95 and
+/// 0.77 -> 0.86, nf4.x16 0.78 -> 0.88, q3_K.x16 0.81 -> 0.89, iq4_xs.x16 0.80 -> 0.99; AVX2
+/// q4_K.x16 0.83 -> 0.91 and 0.74 -> 0.88, q5_K.x16 0.67 -> 0.76; the packed Q4_K_M decode
+/// step 0.93 -> 1.01 and 0.85 -> 0.94 (docs/kernels.md, "The L2 prefetch on Zen 5"). 8 KiB
+/// ahead was no better. Decided once per process from the CPU vendor.
+inline bool packed_prefetch_l2() {
+  static const bool on = !cpu_features().amd;
+  return on;
+}
+
 /// Group block b of one packed stream p: its cache lines kPackedPrefetch bytes on are
-/// prefetched into L1 and those kPackedPrefetchL2 bytes on into L2, then the body consumes the
-/// block.
+/// prefetched into L1 and, with l2 (packed_prefetch_l2), those kPackedPrefetchL2 bytes on into
+/// L2, then the body consumes the block.
 template <class K>
 [[gnu::always_inline]] inline void packed_step_inline(const std::uint8_t* p,
                                                       const typename K::Act& act, std::int64_t b,
-                                                      typename K::State& st) {
+                                                      typename K::State& st, bool l2) {
   const std::uint8_t* gb = p + static_cast<std::size_t>(b) * K::kGroupBlock;
   for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + kPackedPrefetch + l);
-  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l2(gb + kPackedPrefetchL2 + l);
+  if (l2) {
+    for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l2(gb + kPackedPrefetchL2 + l);
+  }
   K::block(gb, act, b, st);
 }
 template <class K>
 inline void packed_step_call(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
-                             typename K::State& st) {
-  packed_step_inline<K>(p, act, b, st);
+                             typename K::State& st, bool l2) {
+  packed_step_inline<K>(p, act, b, st, l2);
 }
 
 /// K::kInlineStep, false when the body does not declare it: whether the driver loop inlines the
@@ -84,11 +100,11 @@ struct InlineStep<K, std::void_t<decltype(K::kInlineStep)>> : std::bool_constant
 
 template <class K>
 [[gnu::always_inline]] inline void packed_step(const std::uint8_t* p, const typename K::Act& act,
-                                               std::int64_t b, typename K::State& st) {
+                                               std::int64_t b, typename K::State& st, bool l2) {
   if constexpr (InlineStep<K>::value) {
-    packed_step_inline<K>(p, act, b, st);
+    packed_step_inline<K>(p, act, b, st, l2);
   } else {
-    packed_step_call<K>(p, act, b, st);
+    packed_step_call<K>(p, act, b, st, l2);
   }
 }
 
@@ -98,11 +114,12 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
   const std::int64_t nb = K::blocks(cols);
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
+  const bool l2 = packed_prefetch_l2();
   if constexpr (K::kStreams == 1) {
     for (std::int64_t g = g0; g < g1; ++g) {
       const std::uint8_t* pa = P + static_cast<std::size_t>(g) * gs;
       typename K::State sa;
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa);
+      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa, l2);
       K::store(sa, y + 16 * g);
     }
     return;
@@ -116,12 +133,12 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
       const std::uint8_t* pb = P + static_cast<std::size_t>(gb) * gs;
       typename K::State sb;
       for (std::int64_t b = 0; b < nb; ++b) {
-        packed_step<K>(pa, act, b, sa);
-        packed_step<K>(pb, act, b, sb);
+        packed_step<K>(pa, act, b, sa, l2);
+        packed_step<K>(pb, act, b, sb, l2);
       }
       K::store(sb, y + 16 * gb);
     } else {
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa);
+      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa, l2);
     }
     K::store(sa, y + 16 * ga);
   }

@@ -20,6 +20,9 @@ struct CpuFeatures {
   bool avx512vl = false;    ///< AVX-512 VL (and OS ZMM support)
   bool avx512vnni = false;  ///< AVX-512 VNNI (and OS ZMM support)
   bool avxvnni = false;     ///< AVX-VNNI: VEX-encoded 256-bit vpdpbusd (and OS YMM support)
+  /// The vendor string is "AuthenticAMD". Used only for tuning choices that were measured to
+  /// differ between AMD and Intel cores (the packed GEMV's L2 prefetch), never for correctness.
+  bool amd = false;
   // aarch64
   bool neon = false;     ///< Advanced SIMD (always present on aarch64)
   bool dotprod = false;  ///< Armv8.2 SDOT/UDOT (HWCAP_ASIMDDP)
