@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "nibble/core/cpu.hpp"
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
@@ -186,13 +187,42 @@ struct FloatGemv {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
     const auto* w = static_cast<const std::uint8_t*>(W);
     const auto* a = static_cast<const std::uint8_t*>(A);
+    if constexpr (E == FloatElem::f32) {
+      if (four_streams()) {
+        std::int64_t r = r0;
+        for (; r + 4 <= r1; r += 4)
+          run<4, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, cols, Y + r, 1, 0,
+                    kFourStreamsAhead);
+        if (r < r1)
+          tile_dispatch<FloatGemv, 4, 1>(static_cast<int>(r1 - r), 1,
+                                         w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, cols,
+                                         Y + r, std::int64_t{1});
+        return;
+      }
+    }
     if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
     gemv_groups<FloatGemv, 2>(w, wrb, r0, r1, Y, a, arb, cols);
   }
 
+  /// Whether the f32 GEMV streams four rows at once, each prefetched kFourStreamsAhead bytes
+  /// ahead into L1, without the next group's L2 prefetch (gemv_groups' far): on AMD cores. On a
+  /// Zen 5 core (2-core VM, 28-35 GB/s from DRAM on one core; 4096 x 4096, cold, 3 rounds
+  /// alternating the settings, median ratio to the paired read sweep) f32 read 0.69-0.77 with
+  /// one row per group and `far`, 0.90-0.93 with four rows and the L1 prefetch, on AVX-512 and
+  /// AVX2, 1 and 2 threads (docs/kernels.md, "The f32 GEMV on Zen 5"); f16 and bf16 (half the
+  /// bytes per row) read worse that way and keep the row-by-row scheme. Decided once per
+  /// process from the CPU vendor; the results are the same either way (an output's operations
+  /// do not depend on the rows beside it).
+  static bool four_streams() {
+    static const bool on = cpu_features().amd;
+    return on;
+  }
+  static constexpr std::size_t kFourStreamsAhead = 1024;
+
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
-                  std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+                  std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0,
+                  std::size_t ahead = 0) {
     static_assert(C == 1, "GEMV body");
     constexpr int kStep = kL * kU;
     const float* x = reinterpret_cast<const float*>(A);
@@ -202,6 +232,12 @@ struct FloatGemv {
     const std::int64_t kv = cols / kStep * kStep;
     for (std::int64_t k = 0; k < kv; k += kStep) {
       const std::size_t off = static_cast<std::size_t>(k) * kE;
+      // With `ahead` (four_streams), each row's lines that far on into L1, once per line.
+      if (ahead && off % 64 < static_cast<std::size_t>(kStep * kE)) {
+        for (int r = 0; r < R; ++r)
+          for (int o = 0; o < (kStep * kE + 63) / 64; ++o)
+            prefetch_l1(W + r * wrb + off + ahead + 64 * o);
+      }
       // The next group's lines into L2, once per cache line.
       if (far && off % 64 < static_cast<std::size_t>(kStep * kE)) {
         for (int r = 0; r < R; ++r)
