@@ -3,6 +3,11 @@
 
     ./build/nibble-bench --summary --benchmark_out=bench.json --benchmark_out_format=json
     /usr/bin/python3 docs/bench_tables.py bench.json
+    /usr/bin/python3 docs/bench_tables.py medians.json bench.json   # two runs, one table
+
+With several files, a row measured in more than one of them is taken from the first that has it
+(the run context too): e.g. the cold rows and the bandwidth from a run with repetitions, the warm
+rows and prefill from a summary run.
 
 Prints, from that one run: the memory read bandwidth (membw rows), the cold GEMV of every
 format and ISA at 1 and 2 threads with its ratio to the bandwidth at the same thread count (the
@@ -49,9 +54,12 @@ def gbs(rec):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: bench_tables.py BENCH.json")
+    if len(sys.argv) < 2:
+        sys.exit("usage: bench_tables.py BENCH.json [MORE.json ...]")
     ctx, rows = load(sys.argv[1])
+    for path in sys.argv[2:]:
+        for name, rec in load(path)[1].items():
+            rows.setdefault(name, rec)
     membw = {}
     for name, rec in rows.items():
         m = re.match(r"^membw/read/sum/[^/]+/threads:(\d+)/", name)
