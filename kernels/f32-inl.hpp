@@ -188,17 +188,7 @@ struct FloatGemv {
     const auto* w = static_cast<const std::uint8_t*>(W);
     const auto* a = static_cast<const std::uint8_t*>(A);
     if constexpr (E == FloatElem::f32) {
-      if (four_streams()) {
-        std::int64_t r = r0;
-        for (; r + 4 <= r1; r += 4)
-          run<4, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, cols, Y + r, 1, 0,
-                    kFourStreamsAhead);
-        if (r < r1)
-          tile_dispatch<FloatGemv, 4, 1>(static_cast<int>(r1 - r), 1,
-                                         w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, cols,
-                                         Y + r, std::int64_t{1});
-        return;
-      }
+      if (four_streams()) return gemv_groups<FourStreams, 4>(w, wrb, r0, r1, Y, a, arb, cols);
     }
     if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
     gemv_groups<FloatGemv, 2>(w, wrb, r0, r1, Y, a, arb, cols);
@@ -218,6 +208,14 @@ struct FloatGemv {
     return on;
   }
   static constexpr std::size_t kFourStreamsAhead = 1024;
+  /// run() for gemv_groups in the four_streams scheme: the L1 prefetch instead of `far`.
+  struct FourStreams {
+    template <int R, int C>
+    static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
+                    std::int64_t cols, float* Y, std::int64_t ldy, std::size_t = 0) {
+      FloatGemv::run<R, C>(W, wrb, A, arb, cols, Y, ldy, 0, kFourStreamsAhead);
+    }
+  };
 
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
@@ -232,17 +230,16 @@ struct FloatGemv {
     const std::int64_t kv = cols / kStep * kStep;
     for (std::int64_t k = 0; k < kv; k += kStep) {
       const std::size_t off = static_cast<std::size_t>(k) * kE;
-      // With `ahead` (four_streams), each row's lines that far on into L1, once per line.
-      if (ahead && off % 64 < static_cast<std::size_t>(kStep * kE)) {
-        for (int r = 0; r < R; ++r)
-          for (int o = 0; o < (kStep * kE + 63) / 64; ++o)
-            prefetch_l1(W + r * wrb + off + ahead + 64 * o);
-      }
-      // The next group's lines into L2, once per cache line.
-      if (far && off % 64 < static_cast<std::size_t>(kStep * kE)) {
-        for (int r = 0; r < R; ++r)
-          for (int o = 0; o < (kStep * kE + 63) / 64; ++o)
-            prefetch_l2(W + r * wrb + off + far + 64 * o);
+      // Once per cache line: with `ahead` (four_streams) each row's lines that far on into L1,
+      // with `far` the next group's lines into L2.
+      if (off % 64 < static_cast<std::size_t>(kStep * kE)) {
+        for (int r = 0; r < R; ++r) {
+          for (int o = 0; o < (kStep * kE + 63) / 64; ++o) {
+            const std::uint8_t* line = W + r * wrb + off + 64 * o;
+            if (ahead) prefetch_l1(line + ahead);
+            if (far) prefetch_l2(line + far);
+          }
+        }
       }
       for (int u = 0; u < kU; ++u) {
         const VF<Tag> xv = VF<Tag>::load_unaligned(x + k + u * kL);
