@@ -115,87 +115,118 @@ struct PackedQ45 : PackedBody<Tag> {
   static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
-  /// One group block (block b of the 16 rows) into the state.
+  /// Sub-tiles per pass over the block: Q4_K takes all kH at once, so that each activation
+  /// broadcast serves every sub-tile (AVX-VNNI, L2-resident, 4 rounds of alternated binaries:
+  /// 35.0 -> 41.3 GB/s; AVX2 32.7 -> 33.7, level); Q5_K one at a time (its fifth-bit sums
+  /// spill with two: AVX-VNNI 28.5 -> 26.2).
+  static constexpr int kPass = HighBit ? 1 : kH;
+
+  /// One group block (block b of the 16 rows) into the state, kPass sub-tiles per pass: within
+  /// a pass the sub-tiles are the innermost loop and share the activation broadcasts.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
                                                   std::int64_t b, State& st) {
+    for (int h0 = 0; h0 < kH; h0 += kPass) pass(gb, act, b, h0, st);
+  }
+  [[gnu::always_inline]] static inline void pass(const std::uint8_t* gb, const Act& act,
+                                                 std::int64_t b, int h0, State& st) {
     const VU32<Tag> m4(0x0F0F0F0Fu), k3f(0x3F3F3F3Fu), k30(0x30303030u), kff(0xFFu);
     const std::uint8_t* aq = reinterpret_cast<const std::uint8_t*>(act.a[b].qs);
     const Prep& pb = act.p[b];
     const VF<Tag> da(act.a[b].d);
-    for (int h = 0; h < kH; ++h) {
-      const VU32<Tag> u0 = unit(gb, 1, h), u2 = unit(gb, 3, h);
-      const VU32<Tag> sc[2] = {u0 & k3f, (u2 & m4) | ((u0 >> 2) & k30)};
-      VI32<Tag> tot(0), tot_hi(0);      // tot_hi: the 16x high-nibble sums (kHiTrick only)
-      for (int sp = 0; sp < 4; ++sp) {  // sub-blocks 2 sp (low nibbles) and 2 sp + 1
-        const VU32<Tag> s = sc[sp / 2] >> (16 * (sp % 2));
-        const VI32<Tag> s_lo = as<std::int32_t>(s & kff), s_hi = as<std::int32_t>((s >> 8) & kff);
-        if constexpr (kInt32) {
-          VI32<Tag> lo_sum(0), hi_sum(0), lo5(0), hi5(0);
+    VI32<Tag> tot[kPass], tot_hi[kPass];  // sub-tile h0 + h; tot_hi: the 16x high-nibble sums
+                                          // (kHiTrick only)
+    VU32<Tag> sc[kPass][2];               // the 6-bit scales of sub-tile h0 + h, 4 per lane in each
+    for (int h = 0; h < kPass; ++h) {
+      tot[h] = VI32<Tag>(0);
+      tot_hi[h] = VI32<Tag>(0);
+      const VU32<Tag> u0 = unit(gb, 1, h0 + h), u2 = unit(gb, 3, h0 + h);
+      sc[h][0] = u0 & k3f;
+      sc[h][1] = (u2 & m4) | ((u0 >> 2) & k30);
+    }
+    for (int sp = 0; sp < 4; ++sp) {  // sub-blocks 2 sp (low nibbles) and 2 sp + 1
+      if constexpr (kInt32) {
+        VI32<Tag> lo_sum[kPass], hi_sum[kPass], lo5[kPass], hi5[kPass];
+        for (int h = 0; h < kPass; ++h) lo_sum[h] = hi_sum[h] = lo5[h] = hi5[h] = VI32<Tag>(0);
 #pragma GCC unroll 8
-          for (int k = 0; k < 8; ++k) {
+        for (int k = 0; k < 8; ++k) {
+          const VI8<Tag> a_lo = bcast4<Tag>(aq + 64 * sp + 4 * k);
+          const VI8<Tag> a_hi = bcast4<Tag>(aq + 64 * sp + 32 + 4 * k);
+          for (int h = 0; h < kPass; ++h) {
             VU32<Tag> lo, hi;
-            levels(gb, h, sp, k, lo, hi);
+            levels(gb, h0 + h, sp, k, lo, hi);
+            lo_sum[h] = dot_u8s8<Tag>(lo_sum[h], as<std::uint8_t>(lo), a_lo);
+            hi_sum[h] = dot_u8s8<Tag>(hi_sum[h], as<std::uint8_t>(hi), a_hi);
+            if constexpr (kFifthDot) {
+              const VU32<Tag> qh = unit(gb, 4 + k, h0 + h);
+              lo5[h] = dot_u8s8<Tag>(
+                  lo5[h], as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp))), a_lo);
+              hi5[h] = dot_u8s8<Tag>(
+                  hi5[h], as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp + 1))), a_hi);
+            }
+          }
+        }
+        for (int h = 0; h < kPass; ++h) {
+          if constexpr (kFifthDot) {  // times 16 / 2^j, j = 2 sp and 2 sp + 1
+            lo_sum[h] = lo_sum[h] + (sp < 2 ? lo5[h] << (4 - 2 * sp) : lo5[h] >> (2 * sp - 4));
+            hi_sum[h] = hi_sum[h] + (sp < 2 ? hi5[h] << (3 - 2 * sp) : hi5[h] >> (2 * sp - 3));
+          }
+          const VU32<Tag> s = sc[h][sp / 2] >> (16 * (sp % 2));  // the pair's scale bytes
+          const VI32<Tag> s_lo = as<std::int32_t>(s & kff), s_hi = as<std::int32_t>((s >> 8) & kff);
+          tot[h] = tot[h] + lo_sum[h] * s_lo;
+          if constexpr (kHiTrick) {
+            tot_hi[h] = tot_hi[h] + hi_sum[h] * s_hi;
+          } else {
+            tot[h] = tot[h] + hi_sum[h] * s_hi;
+          }
+        }
+      } else {
+        // int16 pair sums of kDepth units, then one pmaddwd per sub-block applies the
+        // scale (as the int16 pair (s, s)) and widens
+        for (int k0 = 0; k0 < 8; k0 += kDepth) {
+          VI16<Tag> lo16[kPass], hi16[kPass];
+          for (int h = 0; h < kPass; ++h) lo16[h] = hi16[h] = VI16<Tag>(0);
+#pragma GCC unroll 8
+          for (int k = k0; k < k0 + kDepth; ++k) {
             const VI8<Tag> a_lo = bcast4<Tag>(aq + 64 * sp + 4 * k);
             const VI8<Tag> a_hi = bcast4<Tag>(aq + 64 * sp + 32 + 4 * k);
-            lo_sum = dot_u8s8<Tag>(lo_sum, as<std::uint8_t>(lo), a_lo);
-            hi_sum = dot_u8s8<Tag>(hi_sum, as<std::uint8_t>(hi), a_hi);
-            if constexpr (kFifthDot) {
-              const VU32<Tag> qh = unit(gb, 4 + k, h);
-              lo5 = dot_u8s8<Tag>(lo5, as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp))),
-                                  a_lo);
-              hi5 = dot_u8s8<Tag>(
-                  hi5, as<std::uint8_t>(qh & VU32<Tag>(0x01010101u << (2 * sp + 1))), a_hi);
-            }
-          }
-          if constexpr (kFifthDot) {  // times 16 / 2^j, j = 2 sp and 2 sp + 1
-            lo_sum = lo_sum + (sp < 2 ? lo5 << (4 - 2 * sp) : lo5 >> (2 * sp - 4));
-            hi_sum = hi_sum + (sp < 2 ? hi5 << (3 - 2 * sp) : hi5 >> (2 * sp - 3));
-          }
-          tot = tot + lo_sum * s_lo;
-          if constexpr (kHiTrick) {
-            tot_hi = tot_hi + hi_sum * s_hi;
-          } else {
-            tot = tot + hi_sum * s_hi;
-          }
-        } else {
-          // int16 pair sums of kDepth units, then one pmaddwd per sub-block applies the
-          // scale (as the int16 pair (s, s)) and widens
-          const VI16<Tag> p_lo = as<std::int16_t>(s_lo | (s_lo << 16));
-          const VI16<Tag> p_hi = as<std::int16_t>(s_hi | (s_hi << 16));
-          for (int k0 = 0; k0 < 8; k0 += kDepth) {
-            VI16<Tag> lo16(0), hi16(0);
-#pragma GCC unroll 8
-            for (int k = k0; k < k0 + kDepth; ++k) {
+            for (int h = 0; h < kPass; ++h) {
               VU32<Tag> lo, hi;
-              levels(gb, h, sp, k, lo, hi);
-              lo16 = lo16 + madd_u8s8<Tag>(as<std::uint8_t>(lo), bcast4<Tag>(aq + 64 * sp + 4 * k));
-              hi16 = hi16 +
-                     madd_u8s8<Tag>(as<std::uint8_t>(hi), bcast4<Tag>(aq + 64 * sp + 32 + 4 * k));
-              // Q4_K: the two sums stay chains (keep_order); otherwise GCC adds the eight
-              // units' products up as a tree and makes every unit's levels first (AVX2, with the
-              // mins read late: 141 -> 58 stack accesses, warm +16 %, docs/kernels.md "Register
+              levels(gb, h0 + h, sp, k, lo, hi);
+              lo16[h] = lo16[h] + madd_u8s8<Tag>(as<std::uint8_t>(lo), a_lo);
+              hi16[h] = hi16[h] + madd_u8s8<Tag>(as<std::uint8_t>(hi), a_hi);
+              // Q4_K: the sums stay chains (keep_order); otherwise GCC adds the eight units'
+              // products up as a tree and makes every unit's levels first (AVX2, with the mins
+              // read late: 141 -> 58 stack accesses, warm +16 %, docs/kernels.md "Register
               // pressure on 256-bit"). Q5_K measured alike with and without.
               if constexpr (!HighBit) {
-                keep_order(lo16);
-                keep_order(hi16);
+                keep_order(lo16[h]);
+                keep_order(hi16[h]);
               }
             }
-            tot = tot + madd_i16<Tag>(lo16, p_lo);
-            tot = tot + madd_i16<Tag>(hi16, p_hi);
+          }
+          for (int h = 0; h < kPass; ++h) {
+            const VU32<Tag> s = sc[h][sp / 2] >> (16 * (sp % 2));  // the pair's scale bytes
+            const VI32<Tag> s_lo = as<std::int32_t>(s & kff);
+            const VI32<Tag> s_hi = as<std::int32_t>((s >> 8) & kff);
+            tot[h] = tot[h] + madd_i16<Tag>(lo16[h], as<std::int16_t>(s_lo | (s_lo << 16)));
+            tot[h] = tot[h] + madd_i16<Tag>(hi16[h], as<std::int16_t>(s_hi | (s_hi << 16)));
           }
         }
       }
-      if constexpr (kHiTrick) tot = tot + (tot_hi >> 4);  // exact: multiples of 16
+    }
+    for (int h = 0; h < kPass; ++h) {
+      if constexpr (kHiTrick) tot[h] = tot[h] + (tot_hi[h] >> 4);  // exact: multiples of 16
       // the mins and d only now: fewer registers live across the sums above
-      const VU32<Tag> hd = unit(gb, 0, h), u1 = unit(gb, 2, h);
-      const VU32<Tag> mn[2] = {u1 & k3f, ((unit(gb, 3, h) >> 4) & m4) | ((u1 >> 2) & k30)};
+      const VU32<Tag> hd = unit(gb, 0, h0 + h), u1 = unit(gb, 2, h0 + h);
+      const VU32<Tag> mn[2] = {u1 & k3f, ((unit(gb, 3, h0 + h) >> 4) & m4) | ((u1 >> 2) & k30)};
       VI32<Tag> ms = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.mh));
       ms = dot_u8s8<Tag>(ms, as<std::uint8_t>(mn[1]), bcast4<Tag>(pb.mh + 4));
       VI32<Tag> ml = dot_u8s8<Tag>(VI32<Tag>(0), as<std::uint8_t>(mn[0]), bcast4<Tag>(pb.ml));
       ml = dot_u8s8<Tag>(ml, as<std::uint8_t>(mn[1]), bcast4<Tag>(pb.ml + 4));
       ms = (ms << 7) + ml;
-      st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(hd) * da, st.acc[h]);
-      st.acc[h] = fmadd<Tag>(xsimd::to_float(ms), -(h2f_lo16<Tag>(hd >> 16) * da), st.acc[h]);
+      st.acc[h0 + h] = fmadd<Tag>(xsimd::to_float(tot[h]), h2f_lo16<Tag>(hd) * da, st.acc[h0 + h]);
+      st.acc[h0 + h] =
+          fmadd<Tag>(xsimd::to_float(ms), -(h2f_lo16<Tag>(hd >> 16) * da), st.acc[h0 + h]);
     }
   }
 
