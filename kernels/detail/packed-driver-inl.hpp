@@ -160,6 +160,13 @@ struct PackedBody {
   /// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI, sdot); the
   /// bodies without them sum pmaddubsw / smull pairs in int16 first.
   static constexpr bool kIntDots = Tag::vnni || Tag::dotprod;
+  /// Sub-tiles per pass of a body that can run its block for several sub-tiles at once, the
+  /// sub-tiles innermost so that each activation broadcast serves all of them (docs/kernels.md,
+  /// "Packed bodies on 256-bit VNNI"): all kH when `share`, one otherwise. x86 only: NEON's four
+  /// sub-tiles of 4 rows keep one per pass until that order is measured on an Arm core.
+  static constexpr int pass_size(bool share) {
+    return share && TagInfo<Tag>::family == Family::x86 ? kH : 1;
+  }
   struct State {
     VF<Tag> acc[kH];
     State() {

@@ -85,9 +85,8 @@ struct PackedQ32 : PackedBody<Tag> {
   /// Sub-tiles per pass over the block. With int32 dots all kH at once, so that each activation
   /// broadcast serves every sub-tile (AVX-VNNI, L2-resident, 3 rounds of alternated binaries:
   /// Q4_0 43.9 -> 52.8 GB/s, Q4_1 38.0 -> 39.1, the other formats level); with the int16 sums
-  /// of AVX2 one at a time (Q4_0 43.0 -> 39.8 with two). NEON (four sub-tiles) keeps one at a
-  /// time until it is measured on an Arm core.
-  static constexpr int kPass = kInt32 && TagInfo<Tag>::family == Family::x86 ? kH : 1;
+  /// of AVX2 one at a time (Q4_0 43.0 -> 39.8 with two).
+  static constexpr int kPass = PackedBody<Tag>::pass_size(kInt32);
 
   /// One group block (block b of the 16 rows) into the state, kPass sub-tiles per pass: within
   /// a pass the sub-tiles are the inner loop and share the activation broadcasts.

@@ -118,9 +118,8 @@ struct PackedQ45 : PackedBody<Tag> {
   /// Sub-tiles per pass over the block: Q4_K takes all kH at once, so that each activation
   /// broadcast serves every sub-tile (AVX-VNNI, L2-resident, 4 rounds of alternated binaries:
   /// 35.9 -> 42.0 GB/s; AVX2 33.7 -> 34.8, level); Q5_K one at a time (its fifth-bit sums
-  /// spill with two: AVX-VNNI 28.5 -> 26.2). NEON (four sub-tiles) keeps one at a time until
-  /// it is measured on an Arm core.
-  static constexpr int kPass = !HighBit && TagInfo<Tag>::family == Family::x86 ? kH : 1;
+  /// spill with two: AVX-VNNI 28.5 -> 26.2).
+  static constexpr int kPass = B::pass_size(!HighBit);
 
   /// One group block (block b of the 16 rows) into the state, kPass sub-tiles per pass: within
   /// a pass the sub-tiles are the innermost loop and share the activation broadcasts.
