@@ -151,14 +151,15 @@ inline void f32_dequant(const void* src, std::int64_t n, float* dst) {
 enum class FloatElem { f32, f16, bf16 };
 
 /// GEMV body of the float formats (f32, f16, bf16 weights; fp32 activations), written once over
-/// the ISA tag: the rows of a group (1 or 2) share each activation load, kU independent
-/// accumulators per row hide the fma latency, the rows of the next group are prefetched into L2
-/// (gemv_groups). No L1 prefetch of the current rows: on a Zen 5 core it cost 5-20 % of the cold
-/// rate (alternated runs, 1 thread, 4096 x 4096 GB/s with / without: f16 avx512 23-26 / 28-29,
-/// bf16 avx2 26-28 / 30-31, f32 avx2 23.5 / 27.3); the hardware prefetcher follows one or two
-/// sequential streams on its own. f16 and bf16 weights are converted exactly (load_f16, load_bf16).
-/// The tail of a row (cols not a multiple of the step) is summed in scalar code. A row's operations
-/// do not depend on the group size, so neither do the results.
+/// the ISA tag: the rows of a group (1 or 2; on AMD cores 4 or 8, four_streams()) share each
+/// activation load, kU independent accumulators per row hide the fma latency, the rows of the
+/// next group are prefetched into L2 (gemv_groups). No L1 prefetch of the current rows: on a Zen 5
+/// core it cost 5-20 % of the cold rate (alternated runs, 1 thread, 4096 x 4096 GB/s with /
+/// without: f16 avx512 23-26 / 28-29, bf16 avx2 26-28 / 30-31, f32 avx2 23.5 / 27.3); the hardware
+/// prefetcher follows one or two sequential streams on its own. f16 and bf16 weights are converted
+/// exactly (load_f16, load_bf16). The tail of a row (cols not a multiple of the step) is summed in
+/// scalar code. Within a scheme a row's operations do not depend on the group size, so neither do
+/// the results (four_streams() says where the schemes differ).
 ///
 /// Group size: one row (a single sequential weight stream) while the activation row fits in
 /// kOneRowX bytes, so that it stays in L1 next to the stream; two rows above that, which halves
@@ -187,22 +188,35 @@ struct FloatGemv {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
     const auto* w = static_cast<const std::uint8_t*>(W);
     const auto* a = static_cast<const std::uint8_t*>(A);
-    if constexpr (E == FloatElem::f32) {
-      if (four_streams()) return gemv_groups<FourStreams, 4>(w, wrb, r0, r1, Y, a, arb, cols);
+    if (four_streams()) {
+      if constexpr (E == FloatElem::f32) {
+        return gemv_groups<FourStreams, 4>(w, wrb, r0, r1, Y, a, arb, cols);
+      } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
+        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8>(w, wrb, r0, r1, Y, a, arb,
+                                                                          cols);
+      }
     }
     if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
     gemv_groups<FloatGemv, 2>(w, wrb, r0, r1, Y, a, arb, cols);
   }
 
-  /// Whether the f32 GEMV streams four rows at once, each prefetched kFourStreamsAhead bytes
-  /// ahead into L1, without the next group's L2 prefetch (gemv_groups' far): on AMD cores. On a
-  /// Zen 5 core (2-core VM, 28-35 GB/s from DRAM on one core; 4096 x 4096, cold, 3 rounds
-  /// alternating the settings, median ratio to the paired read sweep) f32 read 0.69-0.77 with
-  /// one row per group and `far`, 0.90-0.93 with four rows and the L1 prefetch, on AVX-512 and
-  /// AVX2, 1 and 2 threads (docs/kernels.md, "The f32 GEMV on Zen 5"); f16 and bf16 (half the
-  /// bytes per row) read worse that way and keep the row-by-row scheme. Decided once per
-  /// process from the CPU vendor; the results are the same either way (an output's operations
-  /// do not depend on the rows beside it).
+  /// Whether the GEMV takes the streaming scheme measured on AMD cores (decided once per process
+  /// from the CPU vendor; Intel cores keep the scheme above, which they were tuned on):
+  /// - f32: four rows at once, each prefetched kFourStreamsAhead bytes ahead into L1, without the
+  ///   next group's L2 prefetch (gemv_groups' far). On a Zen 5 core (2-core VM, 28-35 GB/s from
+  ///   DRAM on one core; 4096 x 4096, cold, 3 rounds alternating the settings, median ratio to
+  ///   the paired read sweep) 0.69-0.77 with one row per group and `far`, 0.90-0.93 this way, on
+  ///   AVX-512 and AVX2, 1 and 2 threads (docs/kernels.md, "The f32 GEMV on Zen 5"). An output's
+  ///   operations are the same in both schemes, so are the results.
+  /// - f16 (every tag) and bf16 (AVX-512 tags): eight rows at once with `far`, on 32-byte
+  ///   vectors (the ymm view on AVX-512 tags) with two accumulators per row (EightRows). Same
+  ///   kind of core, 4 rounds of alternated binaries: f16 0.74-0.87 -> 0.84-0.95, bf16 on
+  ///   AVX-512 0.71-0.92 -> 0.85-0.92 (docs/kernels.md, "f16 / bf16 GEMV on Zen 5"); the zmm
+  ///   body read 0.72-0.80 in every grouping and prefetch setting tried. bf16 on AVX2 /
+  ///   AVX-VNNI read worse this way at 4096 x 11008 (0.67 -> 0.58) and keeps the scheme above.
+  ///   These sums are in another order than the Intel scheme's (8 lanes x 2 accumulators
+  ///   against Tag lanes x kU), so the last bits of an output depend on the vendor, within the
+  ///   GEMV tolerance.
   static bool four_streams() {
     static const bool on = cpu_features().amd;
     return on;
@@ -217,16 +231,27 @@ struct FloatGemv {
     }
   };
 
-  template <int R, int C>
+  /// run() for gemv_groups in the f16 / bf16 four_streams scheme: two accumulators per row, so
+  /// that eight rows keep their sums in 16 registers (AVX2 has no more).
+  struct EightRows {
+    template <int R, int C>
+    static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
+                    std::int64_t cols, float* Y, std::int64_t ldy, std::size_t far = 0) {
+      FloatGemv::run<R, C, 2>(W, wrb, A, arb, cols, Y, ldy, far);
+    }
+  };
+
+  /// The GEMV of R rows: U accumulators per row, each step U vectors of weights per row.
+  template <int R, int C, int U = kU>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0,
                   std::size_t ahead = 0) {
     static_assert(C == 1, "GEMV body");
-    constexpr int kStep = kL * kU;
+    constexpr int kStep = kL * U;
     const float* x = reinterpret_cast<const float*>(A);
-    VF<Tag> acc[R][kU];
+    VF<Tag> acc[R][U];
     for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kU; ++u) acc[r][u] = VF<Tag>(0.0f);
+      for (int u = 0; u < U; ++u) acc[r][u] = VF<Tag>(0.0f);
     const std::int64_t kv = cols / kStep * kStep;
     for (std::int64_t k = 0; k < kv; k += kStep) {
       const std::size_t off = static_cast<std::size_t>(k) * kE;
@@ -241,7 +266,7 @@ struct FloatGemv {
           }
         }
       }
-      for (int u = 0; u < kU; ++u) {
+      for (int u = 0; u < U; ++u) {
         const VF<Tag> xv = VF<Tag>::load_unaligned(x + k + u * kL);
         for (int r = 0; r < R; ++r) {
           const std::uint8_t* p = W + r * wrb + off + static_cast<std::size_t>(u * kL * kE);
@@ -259,7 +284,7 @@ struct FloatGemv {
     }
     for (int r = 0; r < R; ++r) {
       VF<Tag> t = acc[r][0];
-      for (int u = 1; u < kU; ++u) t = t + acc[r][u];
+      for (int u = 1; u < U; ++u) t = t + acc[r][u];
       float s = xsimd::hadd(t);
       for (std::int64_t k = kv; k < cols; ++k) s += value(W + r * wrb, k) * x[k];
       Y[r] = s;
