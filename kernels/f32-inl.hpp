@@ -194,6 +194,8 @@ struct FloatGemv {
       } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
         return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8>(w, wrb, r0, r1, Y, a, arb,
                                                                           cols);
+      } else {
+        return gemv_groups<FloatGemv, 4>(w, wrb, r0, r1, Y, a, arb, cols);
       }
     }
     if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
@@ -212,11 +214,13 @@ struct FloatGemv {
   ///   vectors (the ymm view on AVX-512 tags) with two accumulators per row (EightRows). Same
   ///   kind of core, 4 rounds of alternated binaries: f16 0.74-0.87 -> 0.84-0.95, bf16 on
   ///   AVX-512 0.71-0.92 -> 0.85-0.92 (docs/kernels.md, "f16 / bf16 GEMV on Zen 5"); the zmm
-  ///   body read 0.72-0.80 in every grouping and prefetch setting tried. bf16 on AVX2 /
-  ///   AVX-VNNI read worse this way at 4096 x 11008 (0.67 -> 0.58) and keeps the scheme above.
-  ///   These sums are in another order than the Intel scheme's (8 lanes x 2 accumulators
-  ///   against Tag lanes x kU), so the last bits of an output depend on the vendor, within the
-  ///   GEMV tolerance.
+  ///   body read 0.72-0.80 in every grouping and prefetch setting tried. These sums are in
+  ///   another order than the Intel scheme's (8 lanes x 2 accumulators against Tag lanes x kU),
+  ///   so the last bits of an output depend on the vendor, within the GEMV tolerance.
+  /// - bf16 on AVX2 / AVX-VNNI: four rows at once with `far`, the body above (kU accumulators,
+  ///   so the same results as the Intel scheme). Eight rows of EightRows read worse there at
+  ///   4096 x 11008 (0.67 -> 0.58); four rows 0.70-0.88 -> 0.85-0.96 (4 rounds of alternated
+  ///   binaries, 1 and 2 threads).
   static bool four_streams() {
     static const bool on = cpu_features().amd;
     return on;
