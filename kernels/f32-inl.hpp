@@ -161,11 +161,12 @@ enum class FloatElem { f32, f16, bf16 };
 /// scalar code. Within a scheme a row's operations do not depend on the group size, so neither do
 /// the results (four_streams() says where the schemes differ).
 ///
-/// Group size: one row (a single sequential weight stream) while the activation row fits in
-/// kOneRowX bytes, so that it stays in L1 next to the stream; two rows above that, which halves
-/// the activation reads. Measured on a Zen 5 core (cold, 1 thread, alternated runs, GB/s of f16
-/// weights on AVX2 / AVX-512): 4096 x 4096: 4 rows 29.6 / 27.5, 2 rows 31.3 / 28.9, 1 row
-/// 34.5 / 31.2; 4096 x 11008: 4 rows 30.0 / 28.3, 2 rows 36.0 / 27.7, 1 row 23.4 / 22.5.
+/// Group size outside four_streams(): one row (a single sequential weight stream) while the
+/// activation row fits in kOneRowX bytes, so that it stays in L1 next to the stream; two rows
+/// above that, which halves the activation reads. Measured on an earlier Zen 5 host, before the
+/// AMD scheme of four_streams() (cold, 1 thread, alternated runs, GB/s of f16 weights on AVX2 /
+/// AVX-512): 4096 x 4096: 4 rows 29.6 / 27.5, 2 rows 31.3 / 28.9, 1 row 34.5 / 31.2;
+/// 4096 x 11008: 4 rows 30.0 / 28.3, 2 rows 36.0 / 27.7, 1 row 23.4 / 22.5.
 template <class Tag, FloatElem E>
 struct FloatGemv {
   static constexpr int kL = Tag::bytes / 4;               ///< floats per register

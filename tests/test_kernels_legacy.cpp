@@ -350,7 +350,7 @@ std::vector<Shape> shapes_for(Format f) {
   if (f == Format::bf16) {
     s.push_back({5, 67, 3});  // cols not a multiple of the 32-value step
     s.push_back({7, 1, 2});
-    // GEMV row groups of 8 (FloatGemv::four_streams) with a tail, and with a column tail.
+    // GEMV row groups of 4 or 8 (FloatGemv::four_streams) with a tail, and with a column tail.
     s.push_back({21, 320, 1});
     s.push_back({13, 67, 1});
   }
