@@ -72,6 +72,15 @@ std::vector<std::vector<float>> activation_cases() {
     cases.push_back(t);
   }
   {
+    // Blocks whose max |x| is so small that the inverse scale overflows to inf (1e-38, and a
+    // subnormal 1e-40): the references store Q8_K zero quants and sums with d = -0, and Q8_0
+    // quants of -128 (x86's conversion of inf / NaN); scalar and NEON failed this before.
+    std::vector<float> t = nt::random_normal(512, 16);
+    for (int i = 0; i < 256; ++i) t[i] = 1e-38f * static_cast<float>(i % 7 - 3);
+    for (int i = 256; i < 512; ++i) t[i] *= 1e-40f;
+    cases.push_back(t);
+  }
+  {
     // Mixed magnitudes per block and a zero block in the middle.
     std::vector<float> t = nt::random_normal(1024, 15);
     for (int i = 256; i < 512; ++i) t[i] = 0.0f;
