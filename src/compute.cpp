@@ -138,6 +138,9 @@ struct RowJob {
   const float* importance;
   std::int64_t rows, cols, chunk;
   std::size_t rb;
+  /// Q8_K on a SIMD table: its activation quantizer (byte-identical to the reference); null
+  /// otherwise.
+  void (*act)(const float* src, std::int64_t n, void* dst) = nullptr;
 };
 
 void quantize_row_range(const RowJob& j, std::int64_t r0, std::int64_t r1) {
@@ -152,6 +155,8 @@ void quantize_row_range(const RowJob& j, std::int64_t r0, std::int64_t r1) {
         const fp16_t h = fp32_to_fp16(x[c]);
         std::memcpy(o + 2 * c, &h, 2);
       }
+    } else if (j.act) {
+      j.act(x, j.cols, o);
     } else if (j.k->quantize) {
       j.k->quantize(x, j.cols, o, j.importance);
     } else {
@@ -464,6 +469,10 @@ void quantize(const Context& ctx, Format f, const float* src, std::int64_t rows,
                      cols,
                      0,
                      detail::row_size(f, cols)};
+  // Q8_K: a SIMD table's activation quantizer (byte-identical to the reference, 3-4x faster on
+  // a Zen 5 core); the scalar table's is slower than the reference codec, which it keeps.
+  if (f == Format::q8_K && t.quantize_act_q8_K != detail::scalar_table().quantize_act_q8_K)
+    job.act = t.quantize_act_q8_K;
   const std::int64_t tasks = detail::task_count(ctx, rows, static_cast<double>(cols) * 64);
   job.chunk = detail::chunk_rows(rows, tasks);
   detail::parallel_run(ctx, (rows + job.chunk - 1) / job.chunk, detail::quantize_task, &job);
