@@ -227,24 +227,22 @@ struct FloatGemv {
     return on;
   }
   static constexpr std::size_t kFourStreamsAhead = 1024;
-  /// run() for gemv_groups in the four_streams scheme: the L1 prefetch instead of `far`.
-  struct FourStreams {
-    template <int R, int C>
-    static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
-                    std::int64_t cols, float* Y, std::int64_t ldy, std::size_t = 0) {
-      FloatGemv::run<R, C>(W, wrb, A, arb, cols, Y, ldy, 0, kFourStreamsAhead);
-    }
-  };
-
-  /// run() for gemv_groups in the f16 / bf16 four_streams scheme: two accumulators per row, so
-  /// that eight rows keep their sums in 16 registers (AVX2 has no more).
-  struct EightRows {
+  /// run() for gemv_groups with U accumulators per row and, when `Ahead`, each row's lines
+  /// prefetched kFourStreamsAhead on into L1 in place of `far` (the group size is gemv_groups').
+  template <int U, bool Ahead>
+  struct Streams {
     template <int R, int C>
     static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
                     std::int64_t cols, float* Y, std::int64_t ldy, std::size_t far = 0) {
-      FloatGemv::run<R, C, 2>(W, wrb, A, arb, cols, Y, ldy, far);
+      FloatGemv::run<R, C, U>(W, wrb, A, arb, cols, Y, ldy, Ahead ? 0 : far,
+                              Ahead ? kFourStreamsAhead : 0);
     }
   };
+  /// The four_streams scheme of f32: kU accumulators, the L1 prefetch instead of `far`.
+  using FourStreams = Streams<kU, true>;
+  /// The f16 / bf16 four_streams scheme: two accumulators per row, so that eight rows keep their
+  /// sums in 16 registers (AVX2 has no more), and `far`.
+  using EightRows = Streams<2, false>;
 
   /// The GEMV of R rows: U accumulators per row, each step U vectors of weights per row.
   template <int R, int C, int U = kU>
