@@ -121,9 +121,9 @@ struct Q8_0Simd {
     auto* d = const_cast<float*>(a.d);
     for (std::int64_t b = 0; b < cols / 32; ++b, in += kQ8_0Blk) {
       std::memcpy(qs + 32 * b, in + 2, 32);
-      for (int g = 0; g < 8; ++g) {
+      for (int g = 0; g < 8; ++g) {  // from the source block, not the copy just stored
         int sum = 0;
-        for (int t = 0; t < 4; ++t) sum += qs[32 * b + 4 * g + t];
+        for (int t = 0; t < 4; ++t) sum += static_cast<std::int8_t>(in[2 + 4 * g + t]);
         bias[8 * b + g] = -D::kBias * sum;
       }
       d[b] = half_to_float(ld_u16(in));

@@ -98,11 +98,14 @@ struct IQ4XSSimd {
           std::memcpy(p[b].a + 2 * v * kW + t, in[b].qs + 32 * ib, 16);
           std::memcpy(p[b].a + 2 * v * kW + kW + t, in[b].qs + 32 * ib + 16, 16);
         }
+      // The sums read the source block (rereading the bytes just copied stalled on the stores):
+      // bytes 4 i .. 4 i + 3 of register v's two halves are qs bytes 32 ib + 4 i % 16 .. and
+      // 16 after them, ib = v kL + 4 i / 16 (the copy above).
       for (int v = 0; v < kNV; ++v)
         for (int i = 0; i < kW / 4; ++i) {
+          const std::int8_t* q = in[b].qs + 32 * (v * kL + 4 * i / 16) + 4 * i % 16;
           int s = 0;
-          for (int e = 0; e < 4; ++e)
-            s += p[b].a[2 * v * kW + 4 * i + e] + p[b].a[2 * v * kW + kW + 4 * i + e];
+          for (int e = 0; e < 4; ++e) s += q[e] + q[16 + e];
           p[b].init[v * (kW / 4) + i] = -D::kBias * s;
         }
       p[b].d = in[b].d;

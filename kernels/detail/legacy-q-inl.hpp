@@ -252,10 +252,13 @@ struct Q32Simd {
         std::memcpy(p[g].hi + 16 * k, q + 16, 16);
         int sum = 0;
         for (int t = 0; t < 32; ++t) sum += q[t];
+        // One fp16 conversion per block, not one per lane.
+        const float d = half_to_float(ld_u16(blk)) * (Fmt::kE8M0 ? 0.5f : 1.0f);
+        const float s = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
         for (int l = 0; l < 4; ++l) {
           p[g].init[4 * k + l] = -kOff * sum;
-          p[g].d[4 * k + l] = half_to_float(ld_u16(blk)) * (Fmt::kE8M0 ? 0.5f : 1.0f);
-          p[g].s[4 * k + l] = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
+          p[g].d[4 * k + l] = d;
+          p[g].s[4 * k + l] = s;
         }
       }
     }

@@ -80,12 +80,14 @@ struct Q45Simd {
     Prep* p = Row::copy_plain(src, cols, dst);
     for (std::int64_t b = 0; b < nb; ++b) {
       std::memset(&p[b], 0, sizeof(Prep));
-      for (int v = 0; v < kNV; ++v) {
-        for (int j = 0; j < kW; ++j) {
-          const int pos = v * kW + j, g = pos / 32, l = pos % 32;
-          p[b].a[2 * v * kW + j] = in[b].qs[64 * g + l];
-          p[b].a[2 * v * kW + kW + j] = in[b].qs[64 * g + 32 + l];
-        }
+      // Weight position pos = v W + j (group g = pos / 32, l = pos % 32) takes activation
+      // 64 g + l (low nibble) and 64 g + 32 + l (high): runs of min(W, 32) bytes, copied whole
+      // (a byte loop cost 1.7 us per 4096 columns, about half of a 16-row AVX-512 GEMV).
+      constexpr int kC = kW < 32 ? kW : 32;
+      for (int pos = 0; pos < 128; pos += kC) {
+        const int v = pos / kW, j = pos % kW, g = pos / 32, l = pos % 32;
+        std::memcpy(p[b].a + 2 * v * kW + j, in[b].qs + 64 * g + l, kC);
+        std::memcpy(p[b].a + 2 * v * kW + kW + j, in[b].qs + 64 * g + 32 + l, kC);
       }
       for (int s = 0; s < 8; ++s)
         for (int l = 0; l < kW / 16; ++l)
