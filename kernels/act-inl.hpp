@@ -8,7 +8,9 @@
 // Q8_K: mx = the first value of largest |x|; all-zero block -> zeros; iscale = -127 / mx,
 //   q = min(127, round-half-even(iscale * x)), d = 1 / iscale, bsums = sums of 16 quants.
 // Only max/compare, one float multiply and round-to-nearest-even per value are involved, so the
-// SIMD versions produce exactly the reference bytes.
+// SIMD versions produce exactly the reference bytes. A block whose max |x| is so small that id /
+// iscale overflows to inf is handled on its own (Q8_0: quants -128, Q8_K: q8_K_overflow), since
+// the ISAs convert inf and NaN to integers differently.
 #pragma once
 
 #include <cmath>
