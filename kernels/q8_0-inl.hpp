@@ -144,61 +144,21 @@ struct Q8_0Simd {
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t ldy,
                   std::size_t far = 0) {
-    if constexpr (C == 1 && kS == 1 && kV == 1 && kLinearL2 && HasEvex<Tag>::value) {
-      return gemv_ymm<R>(W, wrb, A, nb, cols, Y, far);
-    } else {
-      return run_any<R, C>(W, wrb, A, arb, nb, cols, Y, ldy, far);
-    }
-  }
-
-  /// The GEMV of the AVX-512 tables' ymm view (one block per register): run_any<R, 1> with the
-  /// same operations in the same order (the same bits), written so that GCC keeps the R
-  /// accumulators in registers. In run_any's loop nest it left three of the four on the stack
-  /// there (a store and a reload per block, in the fma's dependency chain). Zen 5, alternated
-  /// runs, GB/s / ratio to the paired bandwidth, 1 thread: L2- / L3-resident 30.6 / 32.1 ->
-  /// 42.0 / 44.8 (3 rounds); cold 4096 x 4096, 11008 x 4096, 4096 x 11008: 1 thread 0.65 /
-  /// 0.63 / 0.69 -> 0.70 / 0.70 / 0.76, 2 threads 0.63 / 0.63 / 0.65 -> 0.67 / 0.68 / 0.79 (3
-  /// rounds). The same function on AVX2 / AVX-VNNI, which had no such spills, was level warm and
-  /// level to -11 % cold (4096 x 4096, 1 thread, AVX2): those keep run_any.
-  template <int R>
-  static void gemv_ymm(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A,
-                       std::int64_t nb, std::int64_t cols, float* Y, std::size_t far) {
-    const Act a = act(A, cols);
-    VF<Tag> acc[R];
-    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
-    const std::uint8_t* p = W;
-    const std::uint8_t* pf = far ? W + far : nullptr;
-    for (std::int64_t b = 0; b < nb; ++b, p += kQ8_0Blk) {
-      if (pf) prefetch_linear(pf, R, static_cast<std::size_t>(b) * kQ8_0Blk, kQ8_0Blk);
-      const VI8<Tag> x = loadu<std::int8_t, Tag>(a.qs + 32 * b);
-      const VI32<Tag> bias = loadu<std::int32_t, Tag>(a.bias + 8 * b);
-      const float ad = a.d[b];
-      static_for<R>([&](auto rc) {
-        constexpr int r = decltype(rc)::value;
-        const std::uint8_t* q = p + r * wrb;
-        const VF<Tag> s = xsimd::to_float(D::dot(bias, loadu<std::int8_t, Tag>(q + 2), x));
-        acc[r] = fmadd<Tag>(VF<Tag>(h2f<Tag>(ld_u16(q)) * ad), s, acc[r]);
-      });
-    }
-    static_for<R>([&](auto rc) {
-      constexpr int r = decltype(rc)::value;
-      alignas(64) float t[8];
-      acc[r].store_aligned(t);
-      Y[r] = hsum8_ordered(t);
-    });
-  }
-
-  template <int R, int C>
-  static void run_any(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A,
-                      std::size_t arb, std::int64_t nb, std::int64_t cols, float* Y,
-                      std::int64_t ldy, std::size_t far = 0) {
+    // Every loop over rows, columns and registers is unrolled in the source (static_for): with
+    // plain loops over acc[R][C][kV], GCC 12 kept three of the four accumulators of the AVX-512
+    // tables' ymm GEMV on the stack (a store and a reload per block in the fma's dependency
+    // chain; Zen 5, 1 thread, L2- / L3-resident 30.6 / 32.1 GB/s against 42.0 / 44.8 with them in
+    // registers).
     constexpr int kPrefetch = TagInfo<Tag>::family == Family::x86 ? 0 : 512;
     VF<Tag> acc[R][C][kV];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c)
-        for (int v = 0; v < kV; ++v) acc[r][c][v] = VF<Tag>(0.0f);
     Act a[C];
-    for (int c = 0; c < C; ++c) a[c] = act(A + c * arb, cols);
+    static_for<C>([&](auto cc) {
+      constexpr int c = decltype(cc)::value;
+      a[c] = act(A + c * arb, cols);
+      static_for<R * kV>([&](auto k) {
+        acc[decltype(k)::value / kV][c][decltype(k)::value % kV] = VF<Tag>(0.0f);
+      });
+    });
     for (std::int64_t b = 0; b < nb; b += kS) {
       const bool pair = kS == 2 && b + 1 < nb;
       VI8<Tag> w[R][kV];
@@ -208,7 +168,8 @@ struct Q8_0Simd {
           prefetch_linear(W + far, R, static_cast<std::size_t>(b) * kQ8_0Blk, kS * kQ8_0Blk);
         }
       }
-      for (int r = 0; r < R; ++r) {
+      static_for<R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
         const std::uint8_t* p = W + r * wrb + static_cast<std::size_t>(b) * kQ8_0Blk;
         if constexpr (C == 1) {
           // Every line of the step's kS * 34 bytes: with 68 (AVX-512) one prefetch per step would
@@ -222,34 +183,39 @@ struct Q8_0Simd {
           w[r][0] = as<std::int8_t>(load_halves<Tag>(p + 2, pair ? p + 2 + kQ8_0Blk : p + 2));
           dw[r][1] = pair ? h2f<Tag>(ld_u16(p + kQ8_0Blk)) : 0.0f;
         } else {
-          for (int v = 0; v < kV; ++v) w[r][v] = loadu<std::int8_t, Tag>(p + 2 + v * kW);
+          static_for<kV>([&](auto vc) {
+            constexpr int v = decltype(vc)::value;
+            w[r][v] = loadu<std::int8_t, Tag>(p + 2 + v * kW);
+          });
         }
         dw[r][0] = h2f<Tag>(ld_u16(p));
-      }
-      for (int c = 0; c < C; ++c) {
-        for (int v = 0; v < kV; ++v) {
-          const VI8<Tag> x = loadu<std::int8_t, Tag>(a[c].qs + 32 * b + v * kW);
-          const VI32<Tag> bias = loadu<std::int32_t, Tag>(a[c].bias + 8 * b + v * (kW / 4));
-          for (int r = 0; r < R; ++r) {
-            const VF<Tag> s = xsimd::to_float(D::dot(bias, w[r][v], x));
-            acc[r][c][v] = fmadd<Tag>(VF<Tag>(dw[r][0] * a[c].d[b]), s, acc[r][c][v]);
-            if constexpr (kS == 2) {
-              if (pair) {
-                acc[r][c][v] = fmadd<Tag>(VF<Tag>(dw[r][1] * a[c].d[b + 1]), swap_halves<Tag>(s),
-                                          acc[r][c][v]);
-              }
+      });
+      static_for<C * kV>([&](auto k) {
+        constexpr int c = decltype(k)::value / kV, v = decltype(k)::value % kV;
+        const VI8<Tag> x = loadu<std::int8_t, Tag>(a[c].qs + 32 * b + v * kW);
+        const VI32<Tag> bias = loadu<std::int32_t, Tag>(a[c].bias + 8 * b + v * (kW / 4));
+        static_for<R>([&](auto rc) {
+          constexpr int r = decltype(rc)::value;
+          const VF<Tag> s = xsimd::to_float(D::dot(bias, w[r][v], x));
+          acc[r][c][v] = fmadd<Tag>(VF<Tag>(dw[r][0] * a[c].d[b]), s, acc[r][c][v]);
+          if constexpr (kS == 2) {
+            if (pair) {
+              acc[r][c][v] =
+                  fmadd<Tag>(VF<Tag>(dw[r][1] * a[c].d[b + 1]), swap_halves<Tag>(s), acc[r][c][v]);
             }
           }
-        }
-      }
+        });
+      });
     }
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        alignas(64) float t[kV * (kW / 4)];
-        for (int v = 0; v < kV; ++v) acc[r][c][v].store_aligned(t + v * (kW / 4));
-        Y[c * ldy + r] = hsum8_ordered(t);  // lanes 0..7 (AVX-512: the lower half)
-      }
-    }
+    static_for<R * C>([&](auto k) {
+      constexpr int r = decltype(k)::value / C, c = decltype(k)::value % C;
+      alignas(64) float t[kV * (kW / 4)];
+      static_for<kV>([&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        acc[r][c][v].store_aligned(t + v * (kW / 4));
+      });
+      Y[c * ldy + r] = hsum8_ordered(t);  // lanes 0..7 (AVX-512: the lower half)
+    });
   }
 
   static void gemm(const void* Wv, std::size_t wrb, std::int64_t r0, std::int64_t r1,
