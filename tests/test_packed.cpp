@@ -186,9 +186,12 @@ class PackedKernels : public KernelTest {};
 TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
   const nibble::kernels::KernelTable& t = table();
   for (Format f : kPackable) {
-    for (std::int64_t rows : {16, 37, 64}) {
+    // 150 rows (10 groups, the last one partial): the GEMV driver's streams (2 or 4) then end
+    // unevenly within one call (one thread), which 16-64 rows do not reach.
+    for (std::int64_t rows : {16, 37, 64, 150}) {
       for (std::int64_t cols : {256, 1024, 32 * 37}) {
         if (cols % nibble::traits(f).block_elems != 0) continue;
+        if (rows == 150 && cols != 256) continue;
         const auto src = nibble::test::random_normal(
             static_cast<std::size_t>(rows * cols), static_cast<std::uint32_t>(rows + cols), 0.02f);
         std::vector<std::uint8_t> W(plain_bytes(f, rows, cols)), P(W.size());
@@ -197,6 +200,7 @@ TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
         std::vector<float> Wd(static_cast<std::size_t>(rows * cols));
         nibble::dequantize(f, W.data(), rows, cols, Wd.data());
         for (std::int64_t n : {1, 2, 7, 17}) {
+          if (rows == 150 && n != 1) continue;
           const auto X = nibble::test::random_normal(static_cast<std::size_t>(n * cols),
                                                      static_cast<std::uint32_t>(n * 13 + cols));
           // the products see the quantized activations (Q8_K / Q8_0): the reference does too

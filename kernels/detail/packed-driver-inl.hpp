@@ -26,12 +26,27 @@ struct PackedGroup {
   static constexpr int kUnitRow = 64;  ///< bytes of one unit of the 16 rows
 };
 
-/// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as two sequential
-/// streams (the first and the second half of the range, block by block in lockstep). Measured
+/// The number of sequential streams a packed GEMV body reads (K::kStreams, see packed_gemv):
+/// four for group blocks under 1 KiB (the 32-value formats, Q8_0, NF4 / FP4: 272-576 bytes), two
+/// above (the K-quants, IQ4_XS: 1.1-3.3 KiB). Zen 5, cold, 4 alternated rounds against two
+/// streams, median of the per-round ratios, 4096 x 4096 and 11008 x 4096 at 1 and 2 threads:
+/// AVX-512 Q8_0 1.12-1.25, Q5_0 1.06-1.19, Q5_1 1.06-1.22, Q4_1 1.01-1.15, NF4 1.07-1.15, FP4
+/// 1.00-1.19, IQ4_NL 0.99-1.10, MXFP4 1.02-1.09, Q4_0 1.01-1.11 (the new ratios to the paired sum
+/// loop 0.88-1.08); AVX2 / AVX-VNNI Q8_0 1.06-1.16, Q4_0 0.95-1.10, IQ4_NL 0.97-1.10, NF4 and
+/// Q5_1 (compute-bound there) 0.93-1.10; L3-resident level or better (6 rounds). Four streams on
+/// the K-quants lost: Q4_K 0.85-0.88, Q6_K 0.88-0.94, Q3_K 0.88-0.98. One stream lost up to 34 %
+/// (Q4_K, Q8_0, NF4, Q5_1; Q6_K level). (docs/kernels.md, "Four streams for small group blocks".)
+constexpr int packed_streams(std::size_t group_block) {
+  return group_block < 1024 ? 4 : 2;
+}
+
+/// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as K::kStreams
+/// sequential streams (the range cut into that many parts, block by block in lockstep). Measured
 /// on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved with the membw sum): one
 /// stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04, four at 0.89-0.95,
-/// eight at 0.4. The body K provides kStreams (1 or 2), Act (act(A, cols)), State (zeroed by
-/// construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
+/// eight at 0.4. The body K provides kStreams (packed_streams), Act (act(A, cols)), State (zeroed
+/// by construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state,
+/// y).
 ///
 /// Before each group block of a stream, every cache line kPackedPrefetch bytes further on in that
 /// stream is prefetched (one prefetch per line, the two streams' bursts apart). The hardware
@@ -111,36 +126,34 @@ template <class K>
 template <class K>
 inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                         const std::uint8_t* A, float* y) {
+  constexpr int NS = K::kStreams;
   const std::int64_t nb = K::blocks(cols);
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  if constexpr (K::kStreams == 1) {
-    for (std::int64_t g = g0; g < g1; ++g) {
-      const std::uint8_t* pa = P + static_cast<std::size_t>(g) * gs;
-      typename K::State sa;
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa, l2);
-      K::store(sa, y + 16 * g);
+  // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
+  // in lockstep. The last parts may run out first (m streams left).
+  const std::int64_t part = (g1 - g0 + NS - 1) / NS;
+  for (std::int64_t i = 0; i < part; ++i) {
+    const std::uint8_t* p[NS] = {};
+    typename K::State st[NS];
+    int m = 0;
+    while (m < NS && g0 + m * part + i < g1) {
+      p[m] = P + static_cast<std::size_t>(g0 + m * part + i) * gs;
+      ++m;
     }
-    return;
-  }
-  const std::int64_t half = (g1 - g0 + 1) / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const std::int64_t ga = g0 + i, gb = ga + half;
-    const std::uint8_t* pa = P + static_cast<std::size_t>(ga) * gs;
-    typename K::State sa;
-    if (gb < g1) {
-      const std::uint8_t* pb = P + static_cast<std::size_t>(gb) * gs;
-      typename K::State sb;
+    if (m == NS) {
       for (std::int64_t b = 0; b < nb; ++b) {
-        packed_step<K>(pa, act, b, sa, l2);
-        packed_step<K>(pb, act, b, sb, l2);
+        static_for<NS>([&](auto kc) {
+          constexpr int k = decltype(kc)::value;
+          packed_step<K>(p[k], act, b, st[k], l2);
+        });
       }
-      K::store(sb, y + 16 * gb);
     } else {
-      for (std::int64_t b = 0; b < nb; ++b) packed_step<K>(pa, act, b, sa, l2);
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (int k = 0; k < m; ++k) packed_step<K>(p[k], act, b, st[k], l2);
     }
-    K::store(sa, y + 16 * ga);
+    for (int k = 0; k < m; ++k) K::store(st[k], y + 16 * (g0 + k * part + i));
   }
 }
 
