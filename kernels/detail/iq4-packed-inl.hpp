@@ -40,7 +40,6 @@ struct PackedIQ4XS : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockIQ4_XS);
-  static constexpr int kStreams = 2;  ///< see packed_gemv
 
   /// Per activation block: the starting value -kBias * (sum of the 32 activations) of each
   /// sub-block's sum.

@@ -60,8 +60,7 @@ struct PackedNf4 : PackedBody<Tag> {
   using Table = Table16I16<Tag>;
   static constexpr bool kWords = Table::kWords;
   static constexpr std::size_t kGroupBlock = 16 * kNf4Bytes;
-  static constexpr int kStreams = packed_streams(kGroupBlock);  ///< see packed_gemv
-  static constexpr bool kInlineStep = true;                     ///< see InlineStep
+  static constexpr bool kInlineStep = true;  ///< see InlineStep
   static constexpr float kActMax = 8191.0f;
 
   /// Element (0..7 within a unit) of the int16 activation at position j of a unit's 8.

@@ -26,7 +26,7 @@ struct PackedGroup {
   static constexpr int kUnitRow = 64;  ///< bytes of one unit of the 16 rows
 };
 
-/// The number of sequential streams a packed GEMV body reads (K::kStreams, see packed_gemv):
+/// The number of sequential streams packed_gemv reads for a body, from its group block size:
 /// four for group blocks under 1 KiB (the 32-value formats, Q8_0, NF4 / FP4: 272-576 bytes), two
 /// above (the K-quants, IQ4_XS: 1.1-3.3 KiB). Zen 5, cold, 4 alternated rounds against two
 /// streams, median of the per-round ratios, 4096 x 4096 and 11008 x 4096 at 1 and 2 threads:
@@ -40,16 +40,15 @@ constexpr int packed_streams(std::size_t group_block) {
   return group_block < 1024 ? 4 : 2;
 }
 
-/// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as K::kStreams
-/// sequential streams (the range cut into that many parts, block by block in lockstep). Measured
-/// on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved with the membw sum): one
-/// stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04, four at 0.89-0.95,
-/// eight at 0.4. The body K provides kStreams (packed_streams), Act (act(A, cols)), State (zeroed
-/// by construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state,
-/// y).
+/// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as
+/// packed_streams(K::kGroupBlock) sequential streams (the range cut into that many parts, block by
+/// block in lockstep). Measured on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved
+/// with the membw sum): one stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04,
+/// four at 0.89-0.95, eight at 0.4. The body K provides Act (act(A, cols)), State (zeroed by
+/// construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
 ///
 /// Before each group block of a stream, every cache line kPackedPrefetch bytes further on in that
-/// stream is prefetched (one prefetch per line, the two streams' bursts apart). The hardware
+/// stream is prefetched (one prefetch per line, the streams' bursts apart). The hardware
 /// prefetcher alone did not keep the streams ahead of a fast body on a Zen 5 core (1 thread,
 /// 4096 x 4096, cold, alternated runs): q4_K.x16 on AVX-512 read 21-24 GB/s without and 30-34
 /// with, q5_K.x16 17 -> 32, q6_K.x16 18 -> 28-35, q4_K.x16 on AVX2 14 -> 26-29, against a sum
@@ -126,7 +125,7 @@ template <class K>
 template <class K>
 inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                         const std::uint8_t* A, float* y) {
-  constexpr int NS = K::kStreams;
+  constexpr int NS = packed_streams(K::kGroupBlock);
   const std::int64_t nb = K::blocks(cols);
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);

@@ -50,7 +50,6 @@ struct PackedQ6 : PackedBody<Tag> {
   using B::kH;
   using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
-  static constexpr int kStreams = 2;
   static constexpr bool kInlineStep = true;  ///< see InlineStep
 
   /// The GEMV pieces of packed_gemv (activations: plain Q8_K blocks).
@@ -143,7 +142,6 @@ struct PackedQ8_0 : PackedBody<Tag> {
   using B::kH;
   using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ8_0);
-  static constexpr int kStreams = packed_streams(kGroupBlock);  ///< see packed_gemv
   using D = S8Dot<Tag>;
   using S = Q8_0Simd<Tag>;  // its activation relayout: quants, per-dword bias sums, fp32 scales
 

@@ -40,7 +40,6 @@ struct PackedQ32 : PackedBody<Tag> {
   using State = typename PackedBody<Tag>::State;
   using PackedBody<Tag>::kH;
   static constexpr std::size_t kGroupBlock = P::kGroupBlock;
-  static constexpr int kStreams = packed_streams(kGroupBlock);  ///< see packed_gemv
   /// int32 sums per unit (VNNI, sdot, and IQ4_NL's S8Dot), or int16 pair sums over kDepthU
   /// units (pmaddubsw: Q32Rows' bound, two slots per unit) widened once.
   static constexpr bool kInt32 = PackedBody<Tag>::kIntDots || S::kSigned;

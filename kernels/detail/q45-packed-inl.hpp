@@ -53,7 +53,6 @@ struct PackedQ45 : PackedBody<Tag> {
   /// of the exact int32 sums: only with VNNI (without it the int16 pair sums would saturate)
   /// and without a fifth bit.
   static constexpr bool kHiTrick = Tag::vnni && !HighBit;
-  static constexpr int kStreams = 2;         ///< see packed_gemv
   static constexpr bool kInlineStep = true;  ///< see InlineStep
 
   /// Per activation block: its sub-block sums (bsums[2j] + bsums[2j+1], j = 0..7) split as
