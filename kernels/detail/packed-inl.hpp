@@ -9,8 +9,10 @@
 // 48..51 the 16 int8 scales; then the 16 fp16 d (2 bytes per row). Value 128 hh + 32 j + l (quarter
 // j, l = 4k..4k+3) has its low 4 bits in the first ql unit (j = 0, 2: low / high nibble) or the
 // second (j = 1, 3), its top 2 bits at bits 2j of the qh unit; its sub-block is 8 hh + 2 j + k / 4.
-// Sums start at -32 * (activation sum of the sub-block) (the level offset), are scaled by the
-// signed int8 scale in int32, and go to float once per block.
+// The sums of the unsigned levels are scaled by the signed int8 scales in int32 (pmulld after
+// int32 dots; without them pmaddwd of the int16 pair sums against the scale), the level offset
+// (-32 * sum_sb scale * activation sum) is one term per block (PackedQ6::offset), and the total
+// goes to float once per block.
 //
 // Q8_0 group block (16 x 34 bytes): the 16 fp16 d, then units 0..7 of the quants. Signed weights
 // through S8Dot (VNNI: w + 128 against an accumulator starting at -128 * sum(a)).
@@ -52,17 +54,30 @@ struct PackedQ6 : PackedBody<Tag> {
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ6_K);
   static constexpr bool kInlineStep = true;  ///< see InlineStep
 
-  /// The GEMV pieces of packed_gemv (activations: plain Q8_K blocks).
-  using Act = const BlockQ8_K*;
-  static Act act(const std::uint8_t* A, std::int64_t) {
-    return reinterpret_cast<const BlockQ8_K*>(A);
+  /// Per activation block, the sub-block sums as int16 pairs (bsums[4c + e], bsums[4c + e + 2])
+  /// (|bsum| <= 16 * 127), the partners of the scale pairs of offset().
+  struct Prep {
+    std::int32_t bs[4][2];
+  };
+  using Row = SplitRow<BlockQ8_K, Prep, 256>;
+  static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
+  static void relayout(const void* src, std::int64_t cols, void* dst) {
+    const auto* in = static_cast<const BlockQ8_K*>(src);
+    Prep* p = Row::copy_plain(src, cols, dst);
+    for (std::int64_t b = 0; b < cols / 256; ++b)
+      for (int c = 0; c < 4; ++c)
+        for (int e = 0; e < 2; ++e) {
+          const auto lo = static_cast<std::uint16_t>(in[b].bsums[4 * c + e]);
+          const auto hi = static_cast<std::uint16_t>(in[b].bsums[4 * c + e + 2]);
+          p[b].bs[c][e] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
+        }
   }
+  using Act = Q8KPrepAct<Prep>;
+  static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
-  static constexpr std::size_t (*act_bytes)(std::int64_t) = nullptr;  // plain Q8_K rows
-  static constexpr void (*relayout)(const void*, std::int64_t, void*) = nullptr;
 
   /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over two units (pmaddubsw /
-  /// smull: 2 * 2 * 63 * 127 < 2^15) widened once per pair.
+  /// smull: 2 * 2 * 63 * 127 < 2^15), scaled by pmaddwd against the scale in both halves.
   static constexpr bool kInt32 = B::kIntDots;
 
   /// The unsigned 6-bit levels of quarters J and J + 2 (J = 0, 1) at unit k of half hh,
@@ -78,60 +93,94 @@ struct PackedQ6 : PackedBody<Tag> {
     l2 = as<std::uint8_t>(((q >> 4) & m4) | ((qh >> (2 * J)) & m30));
   }
 
+  /// Byte-shuffle indices that put byte J of every int32 lane into the high byte of both its
+  /// int16 halves (the low bytes 0x80: zero on every ISA), within each 16-byte lane.
+  template <int J>
+  static VU8<Tag> dup_index() {
+    alignas(64) static constexpr std::uint32_t kIdx[16] = {
+#define NIBBLE_Q6_DUP(r) (0x80u | (4u * (r) + J) << 8 | 0x80u << 16 | (4u * (r) + J) << 24)
+        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
+        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
+        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
+        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3)};
+#undef NIBBLE_Q6_DUP
+    return loadu<std::uint8_t, Tag>(kIdx);
+  }
+
+  /// The signed scale of byte J of each lane of the scale unit `u`, in both int16 halves.
+  template <int J>
+  static VI16<Tag> scale_dup(const VU32<Tag>& u) {
+    return as<std::int16_t>(lookup16<Tag>(as<std::int8_t>(u), dup_index<J>())) >> 8;
+  }
+
+  /// The level offset, sum_sb sc[sb] bsums[sb] (the sums are taken at -32 times it): per scale
+  /// unit c, bytes (0, 2) and (1, 3) sign-extended into int16 pairs against the Prep pairs.
+  static VI32<Tag> offset(const std::uint8_t* gb, int h, const Prep& pb) {
+    VI32<Tag> off(0);
+    for (int c = 0; c < 4; ++c) {
+      const VI16<Tag> u = as<std::int16_t>(packed_unit<Tag>(gb, 48 + c, h));
+      off = madd_acc_i16<Tag>(off, (u << 8) >> 8, as<std::int16_t>(VI32<Tag>(pb.bs[c][0])));
+      off = madd_acc_i16<Tag>(off, u >> 8, as<std::int16_t>(VI32<Tag>(pb.bs[c][1])));
+    }
+    return off;
+  }
+
   /// One group block: per half, quarters J and J + 2 together, sub-block by sub-block, each
   /// sub-block's scaled sum added to the total before the next starts (keep_order), so that two
-  /// int32 sums are live besides the total. The per-unit order (all four quarters of a unit at
-  /// once, eight sums live) spilled on the 16 registers of the 256-bit tags (docs/kernels.md,
-  /// "Register pressure on 256-bit").
-  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, Act a, std::int64_t b,
-                                                  State& st) {
-    const BlockQ8_K& ab = a[b];
+  /// sums are live besides the total. The per-unit order (all four quarters of a unit at once,
+  /// eight sums live) spilled on the 16 registers of the 256-bit tags (docs/kernels.md,
+  /// "Register pressure on 256-bit"). The level offset (-32 per level) is one term per block,
+  /// offset(): |total| <= 16 * 16 * 63 * 127 * 128 < 2^31, exact in int32.
+  [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& a,
+                                                  std::int64_t b, State& st) {
+    const BlockQ8_K& ab = a.a[b];
     const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
     const VF<Tag> da(ab.d);
     for (int h = 0; h < kH; ++h) {
       VI32<Tag> tot(0);
       for (int hh = 0; hh < 2; ++hh) {
-        static_for<2>([&](auto jc) {
-          constexpr int J = decltype(jc)::value;
-          for (int t = 0; t < 2; ++t) {  // sub-blocks 8 hh + 2 J + t and + 4: units 4 t ..
-            const int sb = 8 * hh + 2 * J + t;
-            const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;      // quarter J
-            const std::uint8_t* x2 = x0 + 64;                              // quarter J + 2
-            VI32<Tag> s0(-32 * ab.bsums[sb]), s2(-32 * ab.bsums[sb + 4]);  // the level offset
-            if constexpr (kInt32) {
-              for (int k = 0; k < 4; ++k) {
-                VU8<Tag> l0, l2;
-                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-                s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
-                s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
-              }
-            } else {
-              for (int k = 0; k < 4; k += 2) {
-                VU8<Tag> l0, l2, m0, m2;
-                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-                levels<J>(gb, hh, 4 * t + k + 1, h, m0, m2);
-                const VI16<Tag> p0 = madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k)) +
-                                     madd_u8s8<Tag>(m0, bcast4<Tag>(x0 + 4 * k + 4));
-                const VI16<Tag> p2 = madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k)) +
-                                     madd_u8s8<Tag>(m2, bcast4<Tag>(x2 + 4 * k + 4));
-                s0 = s0 + madd_i16<Tag>(p0, VI16<Tag>(1));
-                s2 = s2 + madd_i16<Tag>(p2, VI16<Tag>(1));
-              }
+        const VU32<Tag> su0 = packed_unit<Tag>(gb, 48 + 2 * hh, h);  // sub-blocks 8 hh ..
+        const VU32<Tag> su4 = packed_unit<Tag>(gb, 49 + 2 * hh, h);  // 8 hh + 4 ..
+        static_for<4>([&](auto ic) {
+          constexpr int J = decltype(ic)::value / 2, t = decltype(ic)::value % 2;
+          // sub-blocks 8 hh + 2 J + t (quarter J) and + 4 (quarter J + 2): units 4 t ..
+          const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;  // quarter J
+          const std::uint8_t* x2 = x0 + 64;                          // quarter J + 2
+          if constexpr (kInt32) {
+            VI32<Tag> s0(0), s2(0);
+            for (int k = 0; k < 4; ++k) {
+              VU8<Tag> l0, l2;
+              levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+              s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
+              s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
             }
-            const VI32<Tag> u = as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4, h));
-            const int sh = 24 - 8 * (sb % 4);  // sub-block sb + 4: the next unit, same byte
-            const VI32<Tag> u4 = as<std::int32_t>(packed_unit<Tag>(gb, 48 + sb / 4 + 1, h));
-            tot = tot + s0 * ((u << sh) >> 24) + s2 * ((u4 << sh) >> 24);
-            keep_order(tot);
+            constexpr int sh = 24 - 8 * (2 * J + t);  // byte 2 J + t to the top
+            tot = tot + s0 * ((as<std::int32_t>(su0) << sh) >> 24) +
+                  s2 * ((as<std::int32_t>(su4) << sh) >> 24);
+          } else {
+            const VI16<Tag> c0 = scale_dup<2 * J + t>(su0), c2 = scale_dup<2 * J + t>(su4);
+            for (int k = 0; k < 4; k += 2) {
+              VU8<Tag> l0, l2, m0, m2;
+              levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+              levels<J>(gb, hh, 4 * t + k + 1, h, m0, m2);
+              const VI16<Tag> p0 = madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k)) +
+                                   madd_u8s8<Tag>(m0, bcast4<Tag>(x0 + 4 * k + 4));
+              const VI16<Tag> p2 = madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k)) +
+                                   madd_u8s8<Tag>(m2, bcast4<Tag>(x2 + 4 * k + 4));
+              tot = madd_acc_i16<Tag>(tot, p0, c0);
+              tot = madd_acc_i16<Tag>(tot, p2, c2);
+            }
           }
+          keep_order(tot);
         });
       }
+      tot = tot - (offset(gb, h, a.p[b]) << 5);
       const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, st.acc[h]);
     }
   }
 
-  /// FormatKernels::gemm_packed (activations: plain Q8_K rows).
+  /// FormatKernels::gemm_packed (activations: the plain Q8_K blocks of each row, Row).
   static constexpr auto gemm = packed_gemm<Tag, PackedQ6, Q6Rows, 2>;
 };
 
