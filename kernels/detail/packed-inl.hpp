@@ -95,16 +95,19 @@ struct PackedQ6 : PackedBody<Tag> {
 
   /// Byte-shuffle indices that put byte J of every int32 lane into the high byte of both its
   /// int16 halves (the low bytes 0x80: zero on every ISA), within each 16-byte lane.
+  struct DupIndex {
+    alignas(64) std::uint32_t w[16];
+    constexpr explicit DupIndex(int j) : w{} {
+      for (int i = 0; i < 16; ++i) {
+        const auto b = static_cast<std::uint32_t>(4 * (i % 4) + j);
+        w[i] = 0x80u | b << 8 | 0x80u << 16 | b << 24;
+      }
+    }
+  };
   template <int J>
   static VU8<Tag> dup_index() {
-    alignas(64) static constexpr std::uint32_t kIdx[16] = {
-#define NIBBLE_Q6_DUP(r) (0x80u | (4u * (r) + J) << 8 | 0x80u << 16 | (4u * (r) + J) << 24)
-        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
-        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
-        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3),
-        NIBBLE_Q6_DUP(0), NIBBLE_Q6_DUP(1), NIBBLE_Q6_DUP(2), NIBBLE_Q6_DUP(3)};
-#undef NIBBLE_Q6_DUP
-    return loadu<std::uint8_t, Tag>(kIdx);
+    static constexpr DupIndex kIdx(J);
+    return loadu<std::uint8_t, Tag>(kIdx.w);
   }
 
   /// The signed scale of byte J of each lane of the scale unit `u`, in both int16 halves.
