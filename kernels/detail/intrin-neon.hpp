@@ -30,6 +30,7 @@ inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag
 template <class Tag>
 struct S8Dot {
   static constexpr int kBias = 0;
+  static constexpr bool kAbsAct = false;  ///< signed x signed products need no |a| (x86 only)
   static VI8<Tag> prep(const VI8<Tag>& w) { return w; }
   static VI32<Tag> dot_prepped(const VI32<Tag>& acc, const VI8<Tag>& wp, const VI8<Tag>& a) {
     return dot(acc, wp, a);

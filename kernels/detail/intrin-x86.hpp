@@ -49,6 +49,23 @@ inline VI32<Tag> dot_u8s8(const VI32<Tag>& acc, const VU8<Tag>& u, const VI8<Tag
 template <class Tag>
 struct S8Dot {
   static constexpr int kBias = Tag::vnni ? 128 : 0;
+  /// Whether a body should use madd_abs (without VNNI): the activations' magnitudes prepared
+  /// once per activation row, the weights take the activations' signs.
+  static constexpr bool kAbsAct = !Tag::vnni;
+  /// Without VNNI: per int16 lane the sum of two products |a| * (w * sign(a)) = w * a, with
+  /// a_abs = |a| as unsigned bytes (<= 128) and w in [-127, 127] (|sum| <= 2 * 128 * 127 < 2^15):
+  /// dot() without its |w|, for bodies that read |a| from their prepared activations.
+  static VI16<Tag> madd_abs(const VU8<Tag>& a_abs, const VI8<Tag>& w, const VI8<Tag>& a) {
+    static_assert(!Tag::vnni, "VNNI tags use dot_prepped");
+    if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+      const __m512i ws = _mm512_mask_sub_epi8(w, _mm512_movepi8_mask(a), _mm512_setzero_si512(), w);
+      return VI16<Tag>(_mm512_maddubs_epi16(a_abs, ws));
+#endif
+    } else {
+      return VI16<Tag>(_mm256_maddubs_epi16(a_abs, _mm256_sign_epi8(w, a)));
+    }
+  }
   /// The weights in the form dot_prepped wants (VNNI: w + 128 as unsigned bytes; else w).
   static VI8<Tag> prep(const VI8<Tag>& w) {
     if constexpr (Tag::vnni) return w ^ VI8<Tag>(static_cast<std::int8_t>(-128));

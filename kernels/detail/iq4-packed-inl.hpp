@@ -8,7 +8,9 @@
 // unit, two code book lookups (lookup16) and two int8 dots against broadcast activation dwords of
 // the plain Q8_K block (S8Dot: with VNNI the book is biased by 128 and each sub-block sum starts
 // at -128 times its activation sum, prepared once per call); per sub-block the int32 sum times the
-// rows' scales ls - 32; one float step per block. Integer sums are exact (the scheme of
+// rows' scales ls - 32; one float step per block. Without VNNI the code book values take the
+// signs of the activations against their prepared magnitudes (S8Dot::madd_abs) and the int16 pair
+// sums go straight through pmaddwd with ls - 32. Integer sums are exact (the scheme of
 // iq4-inl.hpp).
 // GEMM (n >= 4): the rows engine with tiles read straight from the packed bytes
 // (IQ4XSRows::repack_packed).
@@ -41,19 +43,35 @@ struct PackedIQ4XS : PackedBody<Tag> {
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockIQ4_XS);
 
+  /// Without VNNI (S8Dot::kAbsAct) the products come from S8Dot::madd_abs against the
+  /// activations' magnitudes, and each int16 pair sum goes through one pmaddwd against the
+  /// sub-block's scale (ls - 32 in both halves): no |w| per register and no int32 multiply per
+  /// sub-block. |pair| <= 2 * 128 * 127, times 32, twice per pmaddwd, 64 per block: < 2^31.
+  static constexpr bool kAbs = D::kAbsAct;
+
   /// Per activation block: the starting value -kBias * (sum of the 32 activations) of each
-  /// sub-block's sum.
-  struct Prep {
+  /// sub-block's sum; with kAbs, |a| of the 256 activations as unsigned bytes.
+  struct PrepInit {
     std::int32_t init[8];
   };
+  struct PrepAbs {
+    std::int32_t init[8];
+    std::uint8_t abs[256];
+  };
+  using Prep = std::conditional_t<kAbs, PrepAbs, PrepInit>;
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
     Prep* p = Row::copy_plain(src, cols, dst);
-    for (std::int64_t b = 0; b < cols / 256; ++b)
+    for (std::int64_t b = 0; b < cols / 256; ++b) {
       for (int ib = 0; ib < 8; ++ib)
         p[b].init[ib] = -D::kBias * (in[b].bsums[2 * ib] + in[b].bsums[2 * ib + 1]);
+      if constexpr (kAbs) {
+        for (int j = 0; j < 256; ++j)
+          p[b].abs[j] = static_cast<std::uint8_t>(in[b].qs[j] < 0 ? -in[b].qs[j] : in[b].qs[j]);
+      }
+    }
   }
 
   using Act = Q8KPrepAct<Prep>;
@@ -74,23 +92,47 @@ struct PackedIQ4XS : PackedBody<Tag> {
       VI32<Tag> tot(0);
       static_for<8>([&](auto ic) {
         constexpr int ib = decltype(ic)::value;
-        VI32<Tag> s(pb.init[ib]);
-        static_for<4>([&](auto kc) {
-          constexpr int k = decltype(kc)::value;
-          const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
-          const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
-          const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
-          s = D::dot_prepped(s, lo, bcast4<Tag>(aq + 32 * ib + 4 * k));
-          s = D::dot_prepped(s, hi, bcast4<Tag>(aq + 32 * ib + 16 + 4 * k));
-          // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise
-          // reassociated them and spilled (AVX2: 174 -> 14 stack accesses, warm +15 %,
-          // docs/kernels.md "Register pressure on 256-bit")
-          if constexpr (!PackedBody<Tag>::kIntDots) keep_order(s);
-        });
-        const VU32<Tag> ls =
-            ((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) | (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4);
-        tot = tot + s * (as<std::int32_t>(ls) - VI32<Tag>(32));
-        if constexpr (!PackedBody<Tag>::kIntDots) keep_order(tot);
+        // the sub-block's 6-bit scale ls (the weight scale is ls - 32)
+        auto ls = [&] {
+          return as<std::int32_t>(((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) |
+                                  (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4));
+        };
+        if constexpr (kAbs) {
+          const VI32<Tag> s32 = ls() - VI32<Tag>(32);
+          const VI16<Tag> sc = as<std::int16_t>((s32 & VI32<Tag>(0xFFFF)) | (s32 << 16));
+          static_for<4>([&](auto kc) {
+            constexpr int k = decltype(kc)::value;
+            const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
+            const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
+            const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+            const int j = 32 * ib + 4 * k;
+            tot = madd_acc_i16<Tag>(
+                tot,
+                D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j)), lo, bcast4<Tag>(aq + j)),
+                sc);
+            tot = madd_acc_i16<Tag>(tot,
+                                    D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j + 16)), hi,
+                                                bcast4<Tag>(aq + j + 16)),
+                                    sc);
+            keep_order(tot);
+          });
+        } else {
+          VI32<Tag> s(pb.init[ib]);
+          static_for<4>([&](auto kc) {
+            constexpr int k = decltype(kc)::value;
+            const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
+            const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
+            const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+            s = D::dot_prepped(s, lo, bcast4<Tag>(aq + 32 * ib + 4 * k));
+            s = D::dot_prepped(s, hi, bcast4<Tag>(aq + 32 * ib + 16 + 4 * k));
+            // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise
+            // reassociated them and spilled (AVX2: 174 -> 14 stack accesses, warm +15 %,
+            // docs/kernels.md "Register pressure on 256-bit")
+            if constexpr (!PackedBody<Tag>::kIntDots) keep_order(s);
+          });
+          tot = tot + s * (ls() - VI32<Tag>(32));
+          if constexpr (!PackedBody<Tag>::kIntDots) keep_order(tot);
+        }
       });
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(w0) * da, st.acc[h]);
     }

@@ -9,7 +9,8 @@
 // shuffles); per block and sub-tile, one conversion and one fma with the rows' scales (a second
 // one for the mins of Q4_1 / Q5_1). The integer scheme and its exactness are those of the plain
 // body (legacy-q-inl.hpp): levels are unsigned with the offset -kOff * sum(a) as the starting
-// value of each sum, IQ4_NL's signed code book goes through S8Dot.
+// value of each sum, IQ4_NL's signed code book goes through S8Dot (without VNNI: S8Dot::madd_abs
+// against the activations' magnitudes, prepared once per row).
 // GEMM (n >= 4): the rows engine with tiles read straight from the packed bytes
 // (Q32Rows::repack_packed).
 #pragma once
@@ -45,12 +46,21 @@ struct PackedQ32 : PackedBody<Tag> {
   static constexpr bool kInt32 = PackedBody<Tag>::kIntDots || S::kSigned;
   static constexpr int kDepthU = kInt32 ? 1 : Q32Rows<Tag, F>::template kDepth<Tag> / 2;
 
-  /// Per activation block: d_a as fp32, the offset term -kOff * sum(a) and (Q8_1) s.
-  struct Prep {
+  /// IQ4_NL without VNNI (S8Dot::kAbsAct): the products from S8Dot::madd_abs against the
+  /// activations' magnitudes, prepared once per row (no |w| per register).
+  static constexpr bool kAbs = S::kSigned && S8Dot<Tag>::kAbsAct;
+
+  /// Per activation block: d_a as fp32, the offset term -kOff * sum(a) and (Q8_1) s; with kAbs,
+  /// |a| of the 32 activations as unsigned bytes.
+  struct PrepPlain {
     float d;
     std::int32_t init;
     float s, pad;
   };
+  struct PrepAbs : PrepPlain {
+    std::uint8_t abs[32];
+  };
+  using Prep = std::conditional_t<kAbs, PrepAbs, PrepPlain>;
   using Row = SplitRow<ActBlk, Prep, 32>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
@@ -65,6 +75,10 @@ struct PackedQ32 : PackedBody<Tag> {
       p[b].init = -S::kOff * sum;
       p[b].s = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
       p[b].pad = 0.0f;
+      if constexpr (kAbs) {
+        for (int j = 0; j < 32; ++j)
+          p[b].abs[j] = static_cast<std::uint8_t>(q[j] < 0 ? -q[j] : q[j]);
+      }
     }
   }
 
@@ -101,7 +115,23 @@ struct PackedQ32 : PackedBody<Tag> {
     const VI8<Tag> tbl = S::table();
     VI32<Tag> isum[kPass];  // sub-tile h0 + h
     for (int h = 0; h < kPass; ++h) isum[h] = VI32<Tag>(pb.init);
-    if constexpr (kInt32) {
+    if constexpr (kAbs) {
+      const VI16<Tag> one(static_cast<std::int16_t>(1));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const VI8<Tag> a_lo = bcast4<Tag>(aq + 4 * u), a_hi = bcast4<Tag>(aq + 16 + 4 * u);
+        const VU8<Tag> m_lo = as<std::uint8_t>(bcast4<Tag>(pb.abs + 4 * u));
+        const VU8<Tag> m_hi = as<std::uint8_t>(bcast4<Tag>(pb.abs + 16 + 4 * u));
+        for (int h = 0; h < kPass; ++h) {
+          VU8<Tag> lo, hi;
+          P::levels(gb, h0 + h, u, tbl, lo, hi);
+          isum[h] = madd_acc_i16<Tag>(isum[h],
+                                      S8Dot<Tag>::madd_abs(m_lo, as<std::int8_t>(lo), a_lo), one);
+          isum[h] = madd_acc_i16<Tag>(isum[h],
+                                      S8Dot<Tag>::madd_abs(m_hi, as<std::int8_t>(hi), a_hi), one);
+        }
+      }
+    } else if constexpr (kInt32) {
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
         const VI8<Tag> a_lo = bcast4<Tag>(aq + 4 * u), a_hi = bcast4<Tag>(aq + 16 + 4 * u);
