@@ -67,10 +67,7 @@ struct PackedIQ4XS : PackedBody<Tag> {
     for (std::int64_t b = 0; b < cols / 256; ++b) {
       for (int ib = 0; ib < 8; ++ib)
         p[b].init[ib] = -D::kBias * (in[b].bsums[2 * ib] + in[b].bsums[2 * ib + 1]);
-      if constexpr (kAbs) {
-        for (int j = 0; j < 256; ++j)
-          p[b].abs[j] = static_cast<std::uint8_t>(in[b].qs[j] < 0 ? -in[b].qs[j] : in[b].qs[j]);
-      }
+      if constexpr (kAbs) abs_bytes(in[b].qs, 256, p[b].abs);
     }
   }
 
@@ -97,14 +94,19 @@ struct PackedIQ4XS : PackedBody<Tag> {
           return as<std::int32_t>(((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) |
                                   (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4));
         };
+        // the code book values of qs unit k: low nibbles (values 32 ib + 4k ..), high (+ 16)
+        auto codes = [&](int k, VI8<Tag>& lo, VI8<Tag>& hi) {
+          const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
+          lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
+          hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+        };
         if constexpr (kAbs) {
           const VI32<Tag> s32 = ls() - VI32<Tag>(32);
           const VI16<Tag> sc = as<std::int16_t>((s32 & VI32<Tag>(0xFFFF)) | (s32 << 16));
           static_for<4>([&](auto kc) {
             constexpr int k = decltype(kc)::value;
-            const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
-            const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
-            const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+            VI8<Tag> lo, hi;
+            codes(k, lo, hi);
             const int j = 32 * ib + 4 * k;
             tot = madd_acc_i16<Tag>(
                 tot,
@@ -120,9 +122,8 @@ struct PackedIQ4XS : PackedBody<Tag> {
           VI32<Tag> s(pb.init[ib]);
           static_for<4>([&](auto kc) {
             constexpr int k = decltype(kc)::value;
-            const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
-            const VI8<Tag> lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
-            const VI8<Tag> hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+            VI8<Tag> lo, hi;
+            codes(k, lo, hi);
             s = D::dot_prepped(s, lo, bcast4<Tag>(aq + 32 * ib + 4 * k));
             s = D::dot_prepped(s, hi, bcast4<Tag>(aq + 32 * ib + 16 + 4 * k));
             // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise

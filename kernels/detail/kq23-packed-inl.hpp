@@ -69,12 +69,7 @@ struct PackedKq23 : PackedBody<Tag> {
     Prep* p = Row::copy_plain(src, cols, dst);
     for (std::int64_t b = 0; b < cols / 256; ++b) {
       if constexpr (Q3) {
-        for (int c = 0; c < 4; ++c)
-          for (int t = 0; t < 2; ++t) {
-            const auto lo = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t]);
-            const auto hi = static_cast<std::uint16_t>(-4 * in[b].bsums[4 * c + t + 2]);
-            p[b].off[c][t] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
-          }
+        bsum_pairs(in[b], -4, p[b].off);
       } else {
         for (int j = 0; j < 16; ++j) {
           const int s = in[b].bsums[j];  // |s| <= 16 * 128

@@ -203,6 +203,23 @@ struct Q8KPrepAct {
   }
 };
 
+/// Prepared-activation pieces shared by the packed bodies: the Q8_K sub-block sums of
+/// sub-blocks 4c + t and 4c + t + 2, times `factor`, as an int16 pair per int32 (the partners of
+/// scale pairs taken as bytes (0, 2) / (1, 3) of a scale dword; |factor * bsum| < 2^15).
+inline void bsum_pairs(const BlockQ8_K& a, int factor, std::int32_t (&out)[4][2]) {
+  for (int c = 0; c < 4; ++c)
+    for (int t = 0; t < 2; ++t) {
+      const auto lo = static_cast<std::uint16_t>(factor * a.bsums[4 * c + t]);
+      const auto hi = static_cast<std::uint16_t>(factor * a.bsums[4 * c + t + 2]);
+      out[c][t] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
+    }
+}
+
+/// |q[j]| as unsigned bytes (128 for -128), for S8Dot::madd_abs.
+inline void abs_bytes(const std::int8_t* q, int n, std::uint8_t* out) {
+  for (int j = 0; j < n; ++j) out[j] = static_cast<std::uint8_t>(q[j] < 0 ? -q[j] : q[j]);
+}
+
 /// The packed GEMV of the body K once per activation row: the small-n part of packed_gemm, and
 /// the whole gemm_packed of a body without a GEMM of its own (set_packed).
 template <class K>

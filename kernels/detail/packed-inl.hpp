@@ -64,13 +64,7 @@ struct PackedQ6 : PackedBody<Tag> {
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
     Prep* p = Row::copy_plain(src, cols, dst);
-    for (std::int64_t b = 0; b < cols / 256; ++b)
-      for (int c = 0; c < 4; ++c)
-        for (int e = 0; e < 2; ++e) {
-          const auto lo = static_cast<std::uint16_t>(in[b].bsums[4 * c + e]);
-          const auto hi = static_cast<std::uint16_t>(in[b].bsums[4 * c + e + 2]);
-          p[b].bs[c][e] = static_cast<std::int32_t>(lo | static_cast<std::uint32_t>(hi) << 16);
-        }
+    for (std::int64_t b = 0; b < cols / 256; ++b) bsum_pairs(in[b], 1, p[b].bs);
   }
   using Act = Q8KPrepAct<Prep>;
   static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }

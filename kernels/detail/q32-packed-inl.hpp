@@ -75,10 +75,7 @@ struct PackedQ32 : PackedBody<Tag> {
       p[b].init = -S::kOff * sum;
       p[b].s = Fmt::kMin ? half_to_float(ld_u16(blk + 2)) : 0.0f;
       p[b].pad = 0.0f;
-      if constexpr (kAbs) {
-        for (int j = 0; j < 32; ++j)
-          p[b].abs[j] = static_cast<std::uint8_t>(q[j] < 0 ? -q[j] : q[j]);
-      }
+      if constexpr (kAbs) abs_bytes(q, 32, p[b].abs);
     }
   }
 
