@@ -10,6 +10,7 @@
 
 #include "checks.hpp"
 #include "dispatch.hpp"
+#include "pool.hpp"
 #include "nibble/core/error.hpp"
 #include "nibble/nibble.hpp"
 #include "packed_layout.hpp"
@@ -242,13 +243,8 @@ void steal_worker(void* arg, std::int64_t w) {
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg) {
   if (count <= 0) return;
-#if defined(NIBBLE_HAVE_OPENMP)
-  constexpr bool have_openmp = true;
-#else
-  constexpr bool have_openmp = false;
-#endif
   const std::int64_t workers = std::min<std::int64_t>(count, wanted_threads(ctx));
-  if (workers <= 1 || (ctx.parallel_for == nullptr && !have_openmp)) {
+  if (workers <= 1) {
     for (std::int64_t i = 0; i < count; ++i) body(arg, i);
     return;
   }
@@ -261,19 +257,15 @@ void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg
   }
   StealJob job{body, arg, workers, ranges.data()};
   // Every task is run exactly once even if fewer workers start than asked for (a pool with fewer
-  // threads, an OpenMP team cut short): the workers that do run take the others' ranges.
+  // threads, workers that wake late): the workers that do run take the others' ranges.
   if (ctx.parallel_for != nullptr) {
     ctx.parallel_for(ctx.pool, workers, steal_worker, &job);
     return;
   }
-#if defined(NIBBLE_HAVE_OPENMP)
-  const int team = static_cast<int>(workers);
-#pragma omp parallel num_threads(team)
-  {
-    const std::int64_t nt = omp_get_num_threads();
-    for (std::int64_t w = omp_get_thread_num(); w < workers; w += nt) steal_worker(&job, w);
-  }
-#endif
+  // nibble's own pool (pool.hpp), one thread per hardware thread at most (more would only spin
+  // against each other; the tasks of the missing workers are taken over). Busy (a concurrent call
+  // from another thread, or a nested one): this thread runs every task itself.
+  if (!pool_run(hardware_threads(), workers, steal_worker, &job)) steal_worker(&job, 0);
 }
 
 namespace {

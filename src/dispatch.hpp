@@ -80,8 +80,9 @@ std::int64_t task_count(const Context& ctx, std::int64_t rows, double work_per_r
 std::int64_t chunk_rows(std::int64_t rows, std::int64_t parts);
 
 /// Runs body(i) for i in [0, count) on min(count, wanted_threads(ctx)) workers: ctx's
-/// parallel_for hook, else OpenMP, else serially. Each worker runs a contiguous range of the
-/// tasks in order, then takes tasks from the back of the others' ranges (see kTasksPerThread).
+/// parallel_for hook, else nibble's pool (pool.hpp; serially when it is busy). Each worker runs a
+/// contiguous range of the tasks in order, then takes tasks from the back of the others' ranges
+/// (see kTasksPerThread).
 void parallel_run(const Context& ctx, std::int64_t count, void (*body)(void* arg, std::int64_t i),
                   void* arg);
 

@@ -9,11 +9,15 @@
 // starts last, so its rows must be taken by the others), and agree with Eigen in
 // double on the dequantized weights (rtol 1e-5 of sum |w x| for fp32 activations; q8_0 is
 // compared to the same computation on its quantized activations, rtol 1e-5); Context quantize
-// and dequantize give the bytes/values of the Context-free reference entry points.
+// and dequantize give the bytes/values of the Context-free reference entry points. The default
+// thread pool (src/pool.cpp): its workers run tasks beside the caller, a nested call runs
+// serially; many back-to-back and spaced-out calls, concurrent callers and a forked child give
+// the single-thread result bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -25,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../src/pool.hpp"
 #include "kernel_test_util.hpp"
 #include "nibble/core/cpu.hpp"
 #include "nibble/nibble.hpp"
@@ -370,6 +375,123 @@ TEST(PublicApi, RejectsBadArguments) {
   EXPECT_THROW(nibble::dequantize(ctx, Format::nf4, q.data(), 1, 32, y.data()), nibble::Error);
   // Empty shapes are fine and write nothing.
   nibble::gemm(ctx, Format::f32, nullptr, 0, 64, nullptr, 0, nullptr);
+}
+
+// ---- the default pool (no parallel_for hook) ----
+
+struct PoolCase {
+  std::vector<std::uint8_t> q;
+  std::vector<float> x, y1;
+  static constexpr std::int64_t kRows = 512, kCols = 1024;
+  PoolCase() {
+    const std::vector<float> w = nt::random_normal(static_cast<std::size_t>(kRows * kCols), 21);
+    x = nt::random_normal(static_cast<std::size_t>(kCols), 22);
+    q.resize(nibble::row_bytes(Format::q4_K, kCols) * kRows);
+    nibble::quantize(Format::q4_K, w.data(), kRows, kCols, q.data());
+    Context one;
+    one.threads = 1;
+    y1.resize(kRows);
+    nibble::gemv(one, Format::q4_K, q.data(), kRows, kCols, x.data(), y1.data());
+  }
+  // gemv on `threads` threads of the default pool; true if the result is y1 bit for bit.
+  bool run(int threads) const {
+    Context ctx;
+    ctx.threads = threads;
+    std::vector<float> y(kRows, -1.0f);
+    nibble::gemv(ctx, Format::q4_K, q.data(), kRows, kCols, x.data(), y.data());
+    return std::memcmp(y.data(), y1.data(), y.size() * sizeof(float)) == 0;
+  }
+};
+
+TEST(DefaultPool, BackToBackAndSpacedCallsGiveTheSingleThreadResult) {
+  const PoolCase c;
+  int wrong = 0;
+  for (int i = 0; i < 400; ++i) {
+    if (!c.run(2 + i % 3)) ++wrong;
+    // now and then a pause longer than the workers' spin window, so that they sleep and must
+    // be woken by the next call
+    if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(DefaultPool, ConcurrentCallersGiveTheSingleThreadResult) {
+  const PoolCase c;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        if (!c.run(2 + (t + i) % 2)) ++wrong;
+      }
+    });
+  }
+  for (std::thread& th : callers) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// Task i records that it ran; task 0 waits (up to 10 s) until every other task has started, which
+// only a pool whose workers run beside the caller achieves. A nested pool_run inside a task
+// refuses (the pool is busy), so the caller runs that work itself.
+struct PoolProbe {
+  std::int64_t n = 0;
+  std::atomic<int> started{0}, ran{0};
+  std::atomic<bool> nested_refused{true};
+  bool waited_ok = false;
+};
+
+void probe_task(void* arg, std::int64_t i) {
+  auto& p = *static_cast<PoolProbe*>(arg);
+  ++p.started;
+  if (i == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (p.started.load() < p.n &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+      std::this_thread::yield();
+    p.waited_ok = p.started.load() == p.n;
+  } else if (nibble::detail::pool_run(
+                 8, 2, [](void*, std::int64_t) {}, nullptr)) {
+    p.nested_refused = false;
+  }
+  ++p.ran;
+}
+
+TEST(DefaultPool, WorkersRunBesideTheCaller) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw < 2) GTEST_SKIP() << "one hardware thread: the pool has no workers";
+  for (int rep = 0; rep < 20; ++rep) {
+    PoolProbe p;
+    p.n = 2;
+    ASSERT_TRUE(nibble::detail::pool_run(static_cast<int>(hw), p.n, probe_task, &p));
+    EXPECT_TRUE(p.waited_ok) << "rep " << rep << ": task 1 never started beside task 0";
+    EXPECT_EQ(p.ran.load(), 2);
+    EXPECT_TRUE(p.nested_refused.load());
+  }
+  EXPECT_FALSE(nibble::detail::pool_run(1, 4, probe_task, nullptr));  // one thread: no pool
+}
+
+TEST(DefaultPool, ForkedChildComputesTheSameResult) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a multi-threaded fork";
+#endif
+  // The emulated runs (tests/cross: qemu-user with a plugin) abort in a forked child that
+  // starts threads; the native and sanitizer runs cover this test.
+  if (std::getenv("NIBBLE_EXPECT_BEST") != nullptr) GTEST_SKIP() << "emulated CPU (qemu-user)";
+  const PoolCase c;
+  ASSERT_TRUE(c.run(2));  // the pool exists in this process now
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(60);  // a child that waits for its parent's workers would hang: fail instead
+    bool ok = true;
+    for (int i = 0; i < 20; ++i) ok = ok && c.run(2);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(c.run(2));
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ typedef void (*nibble_parallel_for)(void* pool, int64_t n, void (*task)(void* ta
 
 /** Execution context of the compute calls. The all-zero value (`nibble_context c = {0};`, or a
  *  NULL pointer) means: best ISA of this CPU (capped by the NIBBLE_ISA environment variable),
- *  all hardware threads through nibble's default pool (OpenMP, or serial without it). */
+ *  all hardware threads through nibble's default thread pool (docs/embedding.md). */
 typedef struct nibble_context {
   int force_isa; /**< 0: choose the best ISA; nonzero: use `isa` (UNSUPPORTED if it cannot run) */
   int isa;       /**< NIBBLE_ISA_* value, read only when force_isa != 0 */

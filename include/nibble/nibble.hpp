@@ -38,7 +38,7 @@ using ParallelFor = void (*)(void* pool, std::int64_t n, void (*task)(void* ctx,
 
 /// Execution context of the compute entry points. A default-constructed Context uses the best
 /// ISA of this CPU (restricted by the NIBBLE_ISA environment variable when set) and all hardware
-/// threads through OpenMP (serial when built without OpenMP).
+/// threads through nibble's own pool (docs/embedding.md, "Threads").
 struct Context {
   std::optional<Isa> isa;              ///< force one ISA (Error if this CPU or build lacks it)
   int threads = 0;                     ///< 0 = all hardware threads
