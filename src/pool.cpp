@@ -7,10 +7,12 @@
 //
 // One job at a time: the caller stores (task, arg) and publishes the job's generation and task
 // count in `gen_`; a worker whose index is below the count and that sees the new generation joins
-// the job by incrementing the count in `join_` (only while that word still
-// carries the job's generation and is not closed), runs task(arg, its index) and leaves. When the
-// caller's own task returns (every task has then been claimed, steal_worker), it closes the job
-// and waits for the workers that joined; the others find the job closed and skip it.
+// the job by incrementing the count in `join_` (only while that word still carries the job's
+// generation and is not closed), runs task(arg, its index) and leaves. When the caller's own task
+// returns (every task has then been claimed, steal_worker), it closes the job and waits for the
+// workers that joined; the others find the job closed and skip it. A task that throws on a worker
+// ends the program (as in an OpenMP region); on the caller, the job is closed and waited for
+// before the exception leaves.
 #include "pool.hpp"
 
 #include <pthread.h>
@@ -74,11 +76,17 @@ class Pool {
       std::lock_guard<std::mutex> lk(mu_);
       cv_.notify_all();
     }
+    // Close the job, then wait for the workers that joined it (also when task 0 throws: they
+    // may still be reading the caller's job).
+    struct Close {
+      Pool* p;
+      ~Close() {
+        p->join_.fetch_or(kClosed, std::memory_order_acq_rel);
+        while ((p->join_.load(std::memory_order_acquire) & kCount) != 0) cpu_relax();
+        p->busy_.store(false, std::memory_order_release);
+      }
+    } close{this};
     task(arg, 0);
-    // Close the job, then wait for the workers that joined it.
-    join_.fetch_or(kClosed, std::memory_order_acq_rel);
-    while ((join_.load(std::memory_order_acquire) & kCount) != 0) cpu_relax();
-    busy_.store(false, std::memory_order_release);
     return true;
   }
 
@@ -171,10 +179,12 @@ bool pool_run(int size, std::int64_t n, void (*task)(void* arg, std::int64_t i),
   if (inside) return false;
   Pool* p = pool_for(size);
   if (p->workers() < 1) return false;
-  inside = true;
-  const bool ran = p->run(n, task, arg);
-  inside = false;
-  return ran;
+  struct Inside {
+    bool& flag;
+    explicit Inside(bool& f) : flag(f) { flag = true; }
+    ~Inside() { flag = false; }
+  } mark(inside);
+  return p->run(n, task, arg);
 }
 
 }  // namespace nibble::detail

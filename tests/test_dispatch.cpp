@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -468,6 +469,27 @@ TEST(DefaultPool, WorkersRunBesideTheCaller) {
     EXPECT_TRUE(p.nested_refused.load());
   }
   EXPECT_FALSE(nibble::detail::pool_run(1, 4, probe_task, nullptr));  // one thread: no pool
+}
+
+// Task 0 throws after task 1 has started on a worker: the exception reaches the caller once the
+// worker has left, and the pool takes the next job.
+TEST(DefaultPool, ThrowingCallerTaskLeavesThePoolUsable) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw < 2) GTEST_SKIP() << "one hardware thread: the pool has no workers";
+  PoolProbe p;
+  p.n = 2;
+  auto throwing = [](void* arg, std::int64_t i) {
+    probe_task(arg, i);
+    if (i == 0) throw std::runtime_error("task 0");
+  };
+  EXPECT_THROW(nibble::detail::pool_run(static_cast<int>(hw), 2, throwing, &p), std::runtime_error);
+  EXPECT_EQ(p.ran.load(), 2);  // the worker's task had returned before the exception left
+  PoolProbe q;
+  q.n = 2;
+  EXPECT_TRUE(nibble::detail::pool_run(static_cast<int>(hw), q.n, probe_task, &q));
+  EXPECT_TRUE(q.waited_ok);
+  const PoolCase c;
+  EXPECT_TRUE(c.run(2));
 }
 
 TEST(DefaultPool, ForkedChildComputesTheSameResult) {
