@@ -151,7 +151,8 @@ class Pool {
 };
 
 std::mutex g_make;
-std::unique_ptr<Pool> g_pool;  // its workers are joined at exit (or library unload)
+std::unique_ptr<Pool> g_pool;         // its workers are joined at exit (or library unload)
+std::atomic<Pool*> g_ready{nullptr};  // g_pool once made: every later call reads only this
 std::atomic<bool> g_forked{false};
 
 // In a forked child the pool's workers do not exist (only the forking thread is copied): the
@@ -161,12 +162,16 @@ void on_fork_child() {
 }
 
 Pool* pool_for(int size) {
+  if (!g_forked.load(std::memory_order_relaxed)) {
+    if (Pool* p = g_ready.load(std::memory_order_acquire)) return p;
+  }
   std::lock_guard<std::mutex> lk(g_make);
   if (g_forked.exchange(false, std::memory_order_relaxed)) (void)g_pool.release();
   if (!g_pool) {
     static const bool registered = pthread_atfork(nullptr, nullptr, on_fork_child) == 0;
     (void)registered;
     g_pool = std::make_unique<Pool>(size - 1);
+    g_ready.store(g_pool.get(), std::memory_order_release);
   }
   return g_pool.get();
 }
