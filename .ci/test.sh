@@ -67,7 +67,8 @@ fuzz() { bash tests/fuzz/run.sh build-fuzz 20; }
 capi_tests='^(CApi|capi_)'
 capi_targets="nibble test_capi test_capi_stress nibble_embed"
 # ThreadSanitizer on the C API tests and the concurrent stress test. OpenMP off (libgomp is not
-# instrumented and gives false positives): the default pool is serial, the tests bring their own.
+# instrumented and gives false positives; only the GPTQ / AWQ loops use it): multi-threaded calls
+# run on nibble's own pool (src/pool.cpp, std::thread), which TSan sees.
 tsan() {
   local f="-fsanitize=thread -g1 -fno-omit-frame-pointer"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DNIBBLE_WERROR=ON -DNIBBLE_OPENMP=OFF \
