@@ -151,9 +151,19 @@ class Pool {
 };
 
 std::mutex g_make;
-std::unique_ptr<Pool> g_pool;         // its workers are joined at exit (or library unload)
-std::atomic<Pool*> g_ready{nullptr};  // g_pool once made: every later call reads only this
+std::atomic<Pool*> g_ready{nullptr};  // the made pool: every call after the first reads only this
 std::atomic<bool> g_forked{false};
+
+// The pool, its workers joined at exit (or library unload). g_ready is cleared first, so a call
+// made later in the exit sequence (a static destructor) makes a new pool instead of using a freed
+// one.
+struct PoolHolder {
+  std::unique_ptr<Pool> pool;
+  ~PoolHolder() {
+    g_ready.store(nullptr, std::memory_order_release);
+    pool.reset();
+  }
+} g_pool;
 
 // In a forked child the pool's workers do not exist (only the forking thread is copied): the
 // child starts a new pool and never touches the old object (leaked, its thread handles unjoined).
@@ -166,14 +176,14 @@ Pool* pool_for(int size) {
     if (Pool* p = g_ready.load(std::memory_order_acquire)) return p;
   }
   std::lock_guard<std::mutex> lk(g_make);
-  if (g_forked.exchange(false, std::memory_order_relaxed)) (void)g_pool.release();
-  if (!g_pool) {
+  if (g_forked.exchange(false, std::memory_order_relaxed)) (void)g_pool.pool.release();
+  if (!g_pool.pool) {
     static const bool registered = pthread_atfork(nullptr, nullptr, on_fork_child) == 0;
     (void)registered;
-    g_pool = std::make_unique<Pool>(size - 1);
-    g_ready.store(g_pool.get(), std::memory_order_release);
+    g_pool.pool = std::make_unique<Pool>(size - 1);
+    g_ready.store(g_pool.pool.get(), std::memory_order_release);
   }
-  return g_pool.get();
+  return g_pool.pool.get();
 }
 
 }  // namespace
