@@ -20,42 +20,61 @@ struct Registry {
   const kernels::KernelTable* by_isa[std::size(kAllIsas)] = {};
 };
 
+// Whether this CPU can run the table variant NAME (any variant of this processor family).
+bool cpu_runs(const char* name) {
+  const CpuFeatures& c = cpu_features();
+  const bool avx2 = c.avx2 && c.fma && c.f16c && c.bmi2;
+  const bool avx512 = avx2 && c.avx512f && c.avx512cd && c.avx512bw && c.avx512dq && c.avx512vl;
+  const std::string n = name;
+  if (n == "scalar") return true;
+  if (n == "avx2") return avx2;
+  if (n == "avxvnni") return avx2 && c.avxvnni;
+  if (n == "avx512") return avx512;
+  if (n == "avx512vnni") return avx512 && c.avx512vnni;
+  if (n == "neon") return c.neon;
+  if (n == "neondot") return c.neon && c.dotprod;
+  return false;
+}
+
+// The variants of this processor family, in order of preference within one Isa.
+#if defined(__x86_64__) || defined(_M_X64)
+constexpr const char* kFamilyVariants[] = {"scalar", "avx2", "avxvnni", "avx512", "avx512vnni"};
+#elif defined(__aarch64__)
+constexpr const char* kFamilyVariants[] = {"scalar", "neon", "neondot"};
+#else
+constexpr const char* kFamilyVariants[] = {"scalar"};
+#endif
+
 Registry build_registry() {
   Registry r;
-  const CpuFeatures& cpu = cpu_features();
   // A table is only constructed when the CPU can run it: building one executes code compiled
-  // with that ISA's flags.
-  auto add = [&r](const char* name, Isa isa, const kernels::KernelTable& (*get)(), bool ok) {
+  // with that ISA's flags. Each variant is its own TU, which a build may leave out (NIBBLE_ISAS).
+  auto add = [&r](const char* name, Isa isa, const kernels::KernelTable& (*get)()) {
     r.built.push_back(name);
-    if (!ok) return;
+    if (!cpu_runs(name)) return;
     const kernels::KernelTable* t = &get();
     r.runnable.push_back({name, isa, t});
     r.by_isa[static_cast<int>(isa)] = t;  // later (better) variants of one Isa win
   };
-  add("scalar", Isa::scalar, &kernels::table_scalar, true);
+  add("scalar", Isa::scalar, &kernels::table_scalar);
 #if defined(NIBBLE_BUILT_AVX2)
-  const bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2;
-  add("avx2", Isa::avx2, &kernels::table_avx2, avx2);
+  add("avx2", Isa::avx2, &kernels::table_avx2);
 #endif
 #if defined(NIBBLE_BUILT_AVXVNNI)
-  add("avxvnni", Isa::avxvnni, &kernels::table_avxvnni,
-      cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2 && cpu.avxvnni);
+  add("avxvnni", Isa::avxvnni, &kernels::table_avxvnni);
 #endif
 #if defined(NIBBLE_BUILT_AVX512)
-  const bool avx512 = cpu.avx2 && cpu.fma && cpu.f16c && cpu.bmi2 && cpu.avx512f && cpu.avx512cd &&
-                      cpu.avx512bw && cpu.avx512dq && cpu.avx512vl;
-  add("avx512", Isa::avx512, &kernels::table_avx512, avx512);
-#if defined(NIBBLE_BUILT_AVX512VNNI)
-  add("avx512vnni", Isa::avx512, &kernels::table_avx512vnni, avx512 && cpu.avx512vnni);
+  add("avx512", Isa::avx512, &kernels::table_avx512);
 #endif
+#if defined(NIBBLE_BUILT_AVX512VNNI)
+  add("avx512vnni", Isa::avx512, &kernels::table_avx512vnni);
 #endif
 #if defined(NIBBLE_BUILT_NEON)
-  add("neon", Isa::neon, &kernels::table_neon, cpu.neon);
+  add("neon", Isa::neon, &kernels::table_neon);
+#endif
 #if defined(NIBBLE_BUILT_NEONDOT)
-  add("neondot", Isa::neon, &kernels::table_neondot, cpu.neon && cpu.dotprod);
+  add("neondot", Isa::neon, &kernels::table_neondot);
 #endif
-#endif
-  (void)cpu;
   return r;
 }
 
@@ -135,6 +154,13 @@ const std::vector<TableVariant>& runnable_tables() {
 
 std::vector<const char*> built_table_names() {
   return registry().built;
+}
+
+std::vector<const char*> cpu_table_names() {
+  std::vector<const char*> out;
+  for (const char* n : kFamilyVariants)
+    if (cpu_runs(n)) out.push_back(n);
+  return out;
 }
 
 const kernels::KernelTable& scalar_table() {

@@ -34,6 +34,10 @@ const std::vector<TableVariant>& runnable_tables();
 /// Names of every table variant built into this binary (runnable here or not).
 std::vector<const char*> built_table_names();
 
+/// Names of every table variant of this processor family that this CPU could run, built into
+/// this binary or not (a build with -DNIBBLE_ISAS=... leaves some out).
+std::vector<const char*> cpu_table_names();
+
 /// The portable table (always present; the fallback for entries a SIMD table lacks).
 const kernels::KernelTable& scalar_table();
 

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -84,6 +85,34 @@ TEST(Dispatch, AvailableIsasAgreeWithCpuFeatures) {
   if (env == nullptr || *env == '\0') {
     EXPECT_EQ(nibble::best_isa(), av.back());
   }
+}
+
+// Every kernel variant this CPU can run is built in, so the kernel tests (which iterate over the
+// runnable variants) cover all of them. A build configured with -DNIBBLE_ISAS=... leaves some out
+// on purpose (CI stages that test something other than the kernels); it says which, and passes.
+TEST(Dispatch, EveryIsaThisCpuRunsIsBuilt) {
+  const std::vector<const char*> cpu = nibble::detail::cpu_table_names();
+  ASSERT_FALSE(cpu.empty());
+  EXPECT_STREQ(cpu.front(), "scalar");
+  std::string missing;
+  for (const char* n : cpu) {
+    bool runnable = false;
+    for (const auto& v : nibble::detail::runnable_tables()) runnable |= std::strcmp(v.name, n) == 0;
+    if (!runnable) missing += std::string(missing.empty() ? "" : ", ") + n;
+  }
+  // The reverse: every runnable variant is one the CPU runs.
+  for (const auto& v : nibble::detail::runnable_tables()) {
+    EXPECT_TRUE(std::any_of(cpu.begin(), cpu.end(), [&](const char* n) {
+      return std::strcmp(n, v.name) == 0;
+    })) << v.name;
+  }
+#if defined(NIBBLE_ISAS_RESTRICTED)
+  if (!missing.empty())
+    std::printf("this build (-DNIBBLE_ISAS) leaves out kernel variants this CPU runs: %s\n",
+                missing.c_str());
+#else
+  EXPECT_TRUE(missing.empty()) << "kernel variants this CPU runs but the build lacks: " << missing;
+#endif
 }
 
 // CpuFeatures::amd (a tuning input: the packed GEMV's L2 prefetch) agrees with the vendor the

@@ -37,16 +37,25 @@
 #endif
 
 namespace nibble::kernels {
-// Defined by the per-ISA TUs of the nibble library (declared in src/tables.hpp).
+// Defined by the per-ISA TUs of the nibble library (declared in src/tables.hpp); the build
+// passes NIBBLE_BUILT_<ISA> for each TU it compiled (all of them unless -DNIBBLE_ISAS=...).
 const KernelTable& table_scalar();
-#if defined(__x86_64__)
+#if defined(NIBBLE_BUILT_AVX2)
 const KernelTable& table_avx2();
+#endif
+#if defined(NIBBLE_BUILT_AVXVNNI)
 const KernelTable& table_avxvnni();
+#endif
+#if defined(NIBBLE_BUILT_AVX512)
 const KernelTable& table_avx512();
+#endif
+#if defined(NIBBLE_BUILT_AVX512VNNI)
 const KernelTable& table_avx512vnni();
 #endif
-#if defined(__aarch64__)
+#if defined(NIBBLE_BUILT_NEON)
 const KernelTable& table_neon();
+#endif
+#if defined(NIBBLE_BUILT_NEONDOT)
 const KernelTable& table_neondot();
 #endif
 }  // namespace nibble::kernels
@@ -65,24 +74,32 @@ std::vector<Isa> simd_tables() {
   std::vector<Isa> v;
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    v.push_back({"avx2", &kernels::table_avx2()});
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("avxvnni"))
-    v.push_back({"avxvnni", &kernels::table_avxvnni()});
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-    v.push_back({"avx512", &kernels::table_avx512()});
-    if (__builtin_cpu_supports("avx512vnni"))
-      v.push_back({"avx512vnni", &kernels::table_avx512vnni()});
-  }
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  (void)avx2;
+  (void)avx512;
 #endif
-#if defined(__aarch64__)
+#if defined(NIBBLE_BUILT_AVX2)
+  if (avx2) v.push_back({"avx2", &kernels::table_avx2()});
+#endif
+#if defined(NIBBLE_BUILT_AVXVNNI)
+  if (avx2 && __builtin_cpu_supports("avxvnni"))
+    v.push_back({"avxvnni", &kernels::table_avxvnni()});
+#endif
+#if defined(NIBBLE_BUILT_AVX512)
+  if (avx512) v.push_back({"avx512", &kernels::table_avx512()});
+#endif
+#if defined(NIBBLE_BUILT_AVX512VNNI)
+  if (avx512 && __builtin_cpu_supports("avx512vnni"))
+    v.push_back({"avx512vnni", &kernels::table_avx512vnni()});
+#endif
+#if defined(NIBBLE_BUILT_NEON)
   v.push_back({"neon", &kernels::table_neon()});
-#if defined(__linux__)
+#endif
+#if defined(NIBBLE_BUILT_NEONDOT) && defined(__linux__)
   if (getauxval(AT_HWCAP) & (1UL << 20))  // HWCAP_ASIMDDP
     v.push_back({"neondot", &kernels::table_neondot()});
-#endif
 #endif
   return v;
 }

@@ -8,6 +8,8 @@
 # dispatched nibble::dequantize on every ISA of this CPU against the header-only reference
 # decoder; fuzz_dequant.cpp also knows q4_0 q4_1 q5_0 q8_1 q2_K iq4_nl mxfp4 bf16, not run here to
 # keep CI short).
+# FUZZ_ISAS (optional): the kernel TUs to build (CMake's NIBBLE_ISAS, e.g. "avx2;avx512"; empty:
+# all of them); CI builds scalar, AVX2 and AVX-512, whose decoders the two VNNI variants share.
 # Exit status: 0 when no target found a crash, 1 otherwise (crash inputs stay in
 # BUILD_DIR/artifacts). Not part of the default CMake build.
 set -euo pipefail
@@ -35,7 +37,7 @@ cmake -S "$ROOT" -B "$BUILD/lib" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $LIB_SAN" \
   -DNIBBLE_BUILD_TESTS=OFF -DNIBBLE_BUILD_BENCH=OFF -DNIBBLE_BUILD_CLI=OFF \
   -DNIBBLE_BUILD_PYTHON=OFF -DNIBBLE_OPENMP=OFF -DCMAKE_DISABLE_FIND_PACKAGE_BLAS=ON \
-  >"$BUILD/cmake.log" 2>&1 || { tail -n 30 "$BUILD/cmake.log"; exit 1; }
+  -DNIBBLE_ISAS="${FUZZ_ISAS:-}" >"$BUILD/cmake.log" 2>&1 || { tail -n 30 "$BUILD/cmake.log"; exit 1; }
 cmake --build "$BUILD/lib" --target nibble -j"$JOBS" >"$BUILD/build.log" 2>&1 ||
   { grep -m 20 -A 3 "error" "$BUILD/build.log"; exit 1; }
 
