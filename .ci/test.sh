@@ -70,7 +70,7 @@ neon() {
 # them in the integer dot products, which none of these stages checks.
 lean_isas=""
 if [ "$(uname -m)" = x86_64 ]; then lean_isas="avx2;avx512"; fi
-fuzz() { FUZZ_ISAS="$lean_isas" bash tests/fuzz/run.sh build-fuzz 20; }
+fuzz() { FUZZ_ISAS="$lean_isas" bash tests/fuzz/run.sh build-fuzz 10; }
 # C API: only the library, the C API tests, the embedding example and (shared) the symbol and
 # install/pkg-config tests -- not the whole suite.
 capi_tests='^(CApi|capi_)'
