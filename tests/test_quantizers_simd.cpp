@@ -4,8 +4,8 @@
 // importance weights, NF4 and FP4, on many random rows (mixed magnitudes 1e-30..1e30 per
 // sub-block, zero and constant sub-blocks, integer-valued rows with exact rounding ties, a few
 // inf/NaN). Also prints a quick throughput comparison (GB/s of fp32 input, one thread).
-// Every SIMD table runnable on this CPU is checked (x86: avx2, avx512, avx512vnni; aarch64:
-// neon, neondot).
+// Every SIMD table built and runnable on this CPU is checked (x86: avx2, avxvnni, avx512,
+// avx512vnni; aarch64: neon, neondot).
 //
 // NIBBLE_QZ_SUPERBLOCKS (environment) sets the number of random 256-value super-blocks per
 // format and path (default 6144 = 49152 32-value sub-blocks, halved for the Q4_K/Q5_K
@@ -32,33 +32,7 @@
 #include "nibble/formats/q8_0.hpp"
 #include "nibble/kernels/table.hpp"
 
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#endif
-
-namespace nibble::kernels {
-// Defined by the per-ISA TUs of the nibble library (declared in src/tables.hpp); the build
-// passes NIBBLE_BUILT_<ISA> for each TU it compiled (all of them unless -DNIBBLE_ISAS=...).
-const KernelTable& table_scalar();
-#if defined(NIBBLE_BUILT_AVX2)
-const KernelTable& table_avx2();
-#endif
-#if defined(NIBBLE_BUILT_AVXVNNI)
-const KernelTable& table_avxvnni();
-#endif
-#if defined(NIBBLE_BUILT_AVX512)
-const KernelTable& table_avx512();
-#endif
-#if defined(NIBBLE_BUILT_AVX512VNNI)
-const KernelTable& table_avx512vnni();
-#endif
-#if defined(NIBBLE_BUILT_NEON)
-const KernelTable& table_neon();
-#endif
-#if defined(NIBBLE_BUILT_NEONDOT)
-const KernelTable& table_neondot();
-#endif
-}  // namespace nibble::kernels
+#include "../src/dispatch.hpp"
 
 namespace {
 
@@ -70,37 +44,12 @@ struct Isa {
   const KernelTable* table;
 };
 
+// Every SIMD table variant built into the library that this CPU runs (dispatch's registry;
+// Dispatch.EveryIsaThisCpuRunsIsBuilt checks that none the CPU runs is missing).
 std::vector<Isa> simd_tables() {
   std::vector<Isa> v;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  (void)avx2;
-  (void)avx512;
-#endif
-#if defined(NIBBLE_BUILT_AVX2)
-  if (avx2) v.push_back({"avx2", &kernels::table_avx2()});
-#endif
-#if defined(NIBBLE_BUILT_AVXVNNI)
-  if (avx2 && __builtin_cpu_supports("avxvnni"))
-    v.push_back({"avxvnni", &kernels::table_avxvnni()});
-#endif
-#if defined(NIBBLE_BUILT_AVX512)
-  if (avx512) v.push_back({"avx512", &kernels::table_avx512()});
-#endif
-#if defined(NIBBLE_BUILT_AVX512VNNI)
-  if (avx512 && __builtin_cpu_supports("avx512vnni"))
-    v.push_back({"avx512vnni", &kernels::table_avx512vnni()});
-#endif
-#if defined(NIBBLE_BUILT_NEON)
-  v.push_back({"neon", &kernels::table_neon()});
-#endif
-#if defined(NIBBLE_BUILT_NEONDOT) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & (1UL << 20))  // HWCAP_ASIMDDP
-    v.push_back({"neondot", &kernels::table_neondot()});
-#endif
+  for (const auto& t : nibble::detail::runnable_tables())
+    if (t.isa != nibble::Isa::scalar) v.push_back({t.name, t.table});
   return v;
 }
 
@@ -196,8 +145,9 @@ void check_format(int fmt, bool imatrix, std::int64_t nsb, std::uint32_t seed,
   reference(x.data(), want.data(), n, imatrix ? qw.data() : nullptr);
   // The scalar table registers the reference itself.
   std::vector<Block> got(want.size());
-  ASSERT_NE(kernels::table_scalar().fmt[fmt].quantize, nullptr);
-  kernels::table_scalar().fmt[fmt].quantize(x.data(), n, got.data(), imatrix ? qw.data() : nullptr);
+  ASSERT_NE(nibble::detail::scalar_table().fmt[fmt].quantize, nullptr);
+  nibble::detail::scalar_table().fmt[fmt].quantize(x.data(), n, got.data(),
+                                                   imatrix ? qw.data() : nullptr);
   expect_same_blocks(got, want, "scalar table", x);
   for (const Isa& isa : tables) {
     auto fn = isa.table->fmt[fmt].quantize;
@@ -284,7 +234,7 @@ TEST(QuantizersSimd, Speed) {
     }
     return 4.0 * static_cast<double>(n) / best / 1e9;
   };
-  std::vector<Isa> all = {{"scalar", &kernels::table_scalar()}};
+  std::vector<Isa> all = {{"scalar", &nibble::detail::scalar_table()}};
   for (const Isa& i : simd_tables()) all.push_back(i);
   const struct {
     const char* name;
