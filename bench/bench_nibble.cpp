@@ -189,7 +189,9 @@ void run_dequantize(benchmark::State& st, Format f, Isa isa, int threads) {
 }
 
 // pack / unpack (nibble/packed.hpp) of a quantized kQuantShape matrix: bytes per second.
-void run_pack(benchmark::State& st, Format f, int threads, bool unpack) {
+// in_place: pack_in_place / unpack_in_place on one buffer (each iteration permutes the previous
+// iteration's result again: the same work).
+void run_pack(benchmark::State& st, Format f, int threads, bool unpack, bool in_place) {
   try {
     const Shape s = kQuantShape;
     const std::size_t bytes = static_cast<std::size_t>(s.rows) * nibble::row_bytes(f, s.cols);
@@ -199,7 +201,13 @@ void run_pack(benchmark::State& st, Format f, int threads, bool unpack) {
     ctx.threads = threads;
     if (unpack) nibble::pack(ctx, f, q.data(), s.rows, s.cols, out.data());
     for (auto _ : st) {
-      if (unpack) {
+      if (in_place) {
+        if (unpack) {
+          nibble::unpack_in_place(ctx, f, out.data(), s.rows, s.cols);
+        } else {
+          nibble::pack_in_place(ctx, f, q.data(), s.rows, s.cols);
+        }
+      } else if (unpack) {
         nibble::unpack(ctx, f, out.data(), s.rows, s.cols, q.data());
       } else {
         nibble::pack(ctx, f, q.data(), s.rows, s.cols, out.data());
@@ -260,9 +268,10 @@ void register_quantizers(const std::vector<Isa>& isas) {
     if (!nibble::packable(f)) continue;
     for (int t : thread_counts())
       for (bool un : {false, true})
-        reg(bench_name(un ? "unpack" : "pack", nibble::traits(f).name, "nibble", kQuantShape, -1, t,
-                       ""),
-            [=](benchmark::State& st) { run_pack(st, f, t, un); });
+        for (bool ip : {false, true})
+          reg(bench_name(un ? "unpack" : "pack", nibble::traits(f).name,
+                         ip ? "nibble_in_place" : "nibble", kQuantShape, -1, t, ""),
+              [=](benchmark::State& st) { run_pack(st, f, t, un, ip); });
   }
   for (bool dq : {false, true}) {
     reg(bench_name("quantize_bnb", dq ? "nf4_dq" : "nf4", "ref", kQuantShape, -1, 1, ""),

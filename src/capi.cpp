@@ -352,6 +352,30 @@ nibble_status nibble_unpack(const nibble_context* ctx, int format, const void* P
       classify_compute);
 }
 
+nibble_status nibble_pack_in_place(const nibble_context* ctx, int format, void* W, int64_t rows,
+                                   int64_t cols) {
+  return guarded(
+      "nibble_pack_in_place", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        nibble::pack_in_place(c, f, W, rows, cols);
+      },
+      classify_compute);
+}
+
+nibble_status nibble_unpack_in_place(const nibble_context* ctx, int format, void* P, int64_t rows,
+                                     int64_t cols) {
+  return guarded(
+      "nibble_unpack_in_place", NIBBLE_ERROR_INVALID_ARGUMENT,
+      [&] {
+        const Format f = to_format(format);
+        const nibble::Context c = to_context(ctx);
+        nibble::unpack_in_place(c, f, P, rows, cols);
+      },
+      classify_compute);
+}
+
 nibble_status nibble_gemm_packed(const nibble_context* ctx, int format, const void* P, int64_t rows,
                                  int64_t cols, const float* X, int64_t n, float* Y) {
   return guarded(

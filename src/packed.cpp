@@ -2,6 +2,7 @@
 #include "nibble/packed.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <new>
 
 #include "checks.hpp"
@@ -41,6 +42,7 @@ struct PermuteJob {
   std::size_t rb, bb;
   std::int64_t nb, groups, chunk;
   bool to_packed;
+  std::uint8_t* scratch;  // in place (src == dst): one group's bytes per task, else null
 };
 
 void permute_task(void* arg, std::int64_t i) {
@@ -48,10 +50,17 @@ void permute_task(void* arg, std::int64_t i) {
   const std::int64_t g1 = std::min(j.groups, (i + 1) * j.chunk);
   for (std::int64_t g = i * j.chunk; g < g1; ++g) {
     const std::size_t off = static_cast<std::size_t>(g * kPackedGroupRows) * j.rb;
+    const std::uint8_t* src = j.src + off;
+    if (j.scratch != nullptr) {  // in place: the group's bytes move to this task's scratch first
+      const std::size_t gbytes = static_cast<std::size_t>(kPackedGroupRows) * j.rb;
+      std::uint8_t* s = j.scratch + static_cast<std::size_t>(i) * gbytes;
+      std::copy(src, src + gbytes, s);
+      src = s;
+    }
     if (j.to_packed) {
-      detail::pack_group(*j.l, j.bb, j.nb, j.src + off, j.rb, j.dst + off);
+      detail::pack_group(*j.l, j.bb, j.nb, src, j.rb, j.dst + off);
     } else {
-      detail::unpack_group(*j.l, j.bb, j.nb, j.src + off, j.dst + off, j.rb);
+      detail::unpack_group(*j.l, j.bb, j.nb, src, j.dst + off, j.rb);
     }
   }
 }
@@ -71,10 +80,20 @@ void permute(const Context& ctx, Format f, const void* src, std::int64_t rows, s
   const std::int64_t parts =
       std::max<std::int64_t>(1, std::min<std::int64_t>(j.groups, detail::wanted_threads(ctx)));
   j.chunk = (j.groups + parts - 1) / parts;
-  if (j.groups > 0) detail::parallel_run(ctx, (j.groups + j.chunk - 1) / j.chunk, permute_task, &j);
+  const std::int64_t tasks = j.groups > 0 ? (j.groups + j.chunk - 1) / j.chunk : 0;
+  // In place, each task permutes its groups one at a time through a scratch copy of one group
+  // (16 rows): allocated here, before anything is written, so that a failed allocation leaves
+  // the matrix as it was.
+  std::unique_ptr<std::uint8_t[]> scratch;
+  if (j.src == j.dst && tasks > 0) {
+    scratch.reset(new std::uint8_t[static_cast<std::size_t>(tasks * kPackedGroupRows) * j.rb]);
+    j.scratch = scratch.get();
+  }
+  if (tasks > 0) detail::parallel_run(ctx, tasks, permute_task, &j);
   const std::size_t done = static_cast<std::size_t>(j.groups * kPackedGroupRows) * j.rb;
   const std::size_t total = static_cast<std::size_t>(rows) * j.rb;
-  if (total > done) std::copy(j.src + done, j.src + total, j.dst + done);  // the plain tail
+  if (total > done && j.src != j.dst)
+    std::copy(j.src + done, j.src + total, j.dst + done);  // the plain tail
 }
 
 }  // namespace
@@ -93,6 +112,18 @@ void unpack(const Context& ctx, Format f, const void* P, std::int64_t rows, std:
             void* dst) {
   check_pack_args(f, P, "P", rows, cols, dst, "dst", "unpack");
   permute(ctx, f, P, rows, cols, dst, false);
+}
+
+void pack_in_place(const Context& ctx, Format f, void* W, std::int64_t rows, std::int64_t cols) {
+  const std::size_t bytes = check_packable(f, rows, cols, "pack_in_place");
+  checks::check_ptr(W, "W", bytes > 0, "pack_in_place");
+  permute(ctx, f, W, rows, cols, W, true);
+}
+
+void unpack_in_place(const Context& ctx, Format f, void* P, std::int64_t rows, std::int64_t cols) {
+  const std::size_t bytes = check_packable(f, rows, cols, "unpack_in_place");
+  checks::check_ptr(P, "P", bytes > 0, "unpack_in_place");
+  permute(ctx, f, P, rows, cols, P, false);
 }
 
 PackedWeights PackedWeights::view(Format f, const void* packed, std::int64_t rows,

@@ -523,6 +523,11 @@ TEST(CApi, Packed) {
                              5 * bytes / rows));  // the tail rows stay plain
     ASSERT_EQ(nibble_unpack(nullptr, f, P.data(), rows, cols, U.data()), NIBBLE_OK);
     EXPECT_EQ(U, W);
+    std::vector<unsigned char> B = W;  // in place: the same bytes as into another buffer
+    ASSERT_EQ(nibble_pack_in_place(&ctx, f, B.data(), rows, cols), NIBBLE_OK);
+    EXPECT_EQ(B, P);
+    ASSERT_EQ(nibble_unpack_in_place(nullptr, f, B.data(), rows, cols), NIBBLE_OK);
+    EXPECT_EQ(B, W);
     std::vector<float> y(rows), yp(rows), Y(3 * rows), Yp(3 * rows);
     ASSERT_EQ(nibble_gemv(nullptr, f, W.data(), rows, cols, X.data(), y.data()), NIBBLE_OK);
     ASSERT_EQ(nibble_gemv_packed(&ctx, f, P.data(), rows, cols, X.data(), yp.data()), NIBBLE_OK)
@@ -560,6 +565,13 @@ TEST(CApi, Packed) {
   nibble_context bad{};
   bad.threads = -1;
   EXPECT_EQ(nibble_pack(&bad, q4, W.data(), rows, cols, dst.data()), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_pack_in_place(&bad, q4, dst.data(), rows, cols), NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_pack_in_place(nullptr, fmt("bf16"), dst.data(), rows, cols),
+            NIBBLE_ERROR_UNSUPPORTED);
+  EXPECT_EQ(nibble_unpack_in_place(nullptr, q4, dst.data(), rows, 100),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(nibble_unpack_in_place(nullptr, q4, nullptr, rows, cols),
+            NIBBLE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(dst, untouched);
   std::vector<float> x(cols, 1.0f), y(3 * rows, 7.0f);
   const std::vector<float> y0 = y;

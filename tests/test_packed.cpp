@@ -149,6 +149,45 @@ TEST(Packed, RoundTripIsExact) {
   }
 }
 
+// pack_in_place / unpack_in_place against the two-buffer calls: the same bytes, every packable
+// format, partial groups, more groups than tasks (117 rows: 7 groups, chunks of 3 on 3 threads).
+TEST(Packed, InPlaceEqualsTwoBuffers) {
+  for (Format f : kPackable) {
+    for (std::int64_t rows : {0, 1, 15, 16, 17, 64, 117}) {
+      for (int threads : {1, 3}) {
+        const std::int64_t cols = 512;
+        const auto W = random_bytes(plain_bytes(f, rows, cols), 29 + static_cast<int>(rows));
+        nibble::Context ctx;
+        ctx.threads = threads;
+        const std::string what = std::string(nibble::traits(f).name) + " rows " +
+                                 std::to_string(rows) + " threads " + std::to_string(threads);
+        std::vector<std::uint8_t> P(W.size());
+        nibble::pack(ctx, f, W.data(), rows, cols, P.data());
+        std::vector<std::uint8_t> B = W;
+        nibble::pack_in_place(ctx, f, B.data(), rows, cols);
+        nibble::test::expect_bytes_equal(B, P, what + " (pack_in_place)");
+        nibble::unpack_in_place(ctx, f, B.data(), rows, cols);
+        nibble::test::expect_bytes_equal(B, W, what + " (unpack_in_place)");
+      }
+    }
+  }
+}
+
+TEST(Packed, InPlaceBadInputThrowsAndWritesNothing) {
+  const nibble::Context ctx;
+  const std::int64_t rows = 32, cols = 256;
+  const auto W = random_bytes(plain_bytes(Format::q4_K, rows, cols), 5);
+  std::vector<std::uint8_t> B = W;
+  EXPECT_THROW(nibble::pack_in_place(ctx, Format::f32, B.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, B.data(), rows, 100), nibble::Error);
+  EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, B.data(), -1, cols), nibble::Error);
+  EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, nullptr, rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::unpack_in_place(ctx, Format::bf16, B.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::unpack_in_place(ctx, Format::q4_K, nullptr, rows, cols), nibble::Error);
+  EXPECT_EQ(B, W);
+  nibble::pack_in_place(ctx, Format::q4_K, nullptr, 0, cols);  // nothing to pack: no pointer needed
+}
+
 TEST(Packed, BadInputThrowsAndWritesNothing) {
   const nibble::Context ctx;
   const std::int64_t rows = 32, cols = 256;

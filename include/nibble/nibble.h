@@ -179,6 +179,16 @@ NIBBLE_CAPI nibble_status nibble_pack(const nibble_context* ctx, int format, con
 NIBBLE_CAPI nibble_status nibble_unpack(const nibble_context* ctx, int format, const void* P,
                                         int64_t rows, int64_t cols, void* dst);
 
+/** nibble_pack without a second buffer: W is rewritten in the packed layout, through one 16-row
+ *  group of scratch per thread (a model read into writable memory is packed without doubling
+ *  it). Same bytes as nibble_pack into another buffer; on any error W is left unchanged. */
+NIBBLE_CAPI nibble_status nibble_pack_in_place(const nibble_context* ctx, int format, void* W,
+                                               int64_t rows, int64_t cols);
+
+/** nibble_unpack without a second buffer: P is rewritten as the plain GGUF bytes. */
+NIBBLE_CAPI nibble_status nibble_unpack_in_place(const nibble_context* ctx, int format, void* P,
+                                                 int64_t rows, int64_t cols);
+
 /** y = W x on packed weights P (rows x cols of `format`, packed by nibble_pack or read from a
  *  packed GGUF tensor). Same arguments and results as nibble_gemv on the plain bytes, within
  *  float rounding (the sums are the same; only the order of the float steps may differ). */

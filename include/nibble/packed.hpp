@@ -57,6 +57,19 @@ void pack(const Context& ctx, Format f, const void* W, std::int64_t rows, std::i
 void unpack(const Context& ctx, Format f, const void* P, std::int64_t rows, std::int64_t cols,
             void* dst);
 
+/// pack() without a second buffer: the plain matrix at W (rows * row_bytes(f, cols) bytes) is
+/// rewritten in the packed layout. It needs one 16-row group of scratch per thread instead of a
+/// second copy of the matrix, so weights loaded into writable memory (read into a buffer, or a
+/// MAP_PRIVATE mapping) are packed at load without doubling the memory they take. Same checks
+/// as pack() (throws before writing anything, also when the scratch cannot be allocated); the
+/// bytes equal what pack() writes into a separate buffer. Use the result through
+/// PackedWeights::view.
+void pack_in_place(const Context& ctx, Format f, void* W, std::int64_t rows, std::int64_t cols);
+
+/// unpack() without a second buffer: the packed matrix at P is rewritten as the plain GGUF bytes
+/// it was packed from. As pack_in_place.
+void unpack_in_place(const Context& ctx, Format f, void* P, std::int64_t rows, std::int64_t cols);
+
 /// A packed matrix: its format, shape and bytes, owned (from pack()) or borrowed (view(), for
 /// example a mapped file). Copies share the owned buffer; the bytes are never modified.
 class PackedWeights {
