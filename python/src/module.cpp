@@ -315,13 +315,30 @@ py::array gemm(const py::handle& w_obj, const std::string& format, const py::han
 
 // pack(blocks, format, cols=None, threads=0) / unpack(...): uint8 (rows, row_bytes) -> the same
 // shape in the other layout. A flat (rows * row_bytes,) array needs cols.
+// inplace: b_obj itself (a writeable C-contiguous uint8 ndarray, never a converted copy) is
+// rewritten and returned.
 py::array permute(const py::handle& b_obj, const std::string& format,
-                  const std::optional<std::int64_t>& cols_arg, int threads, bool to_packed) {
+                  const std::optional<std::int64_t>& cols_arg, int threads, bool to_packed,
+                  bool inplace) {
   const char* what = to_packed ? "blocks" : "packed";
   const Format f = parse_format(format);
   if (!nibble::packable(f)) {
     value_error(std::string(to_packed ? "pack" : "unpack") + ": format " + nibble::traits(f).name +
                 " has no packed layout (packable: " + packable_names() + ")");
+  }
+  if (inplace) {
+    // the checks below would otherwise work on a converted copy and lose the result
+    if (!py::isinstance<py::array>(b_obj)) {
+      value_error(std::string("inplace=True needs ") + what + " as a numpy array");
+    }
+    const auto a = py::reinterpret_borrow<py::array>(b_obj);
+    if (!a.dtype().is(py::dtype::of<std::uint8_t>())) {
+      value_error(std::string(what) + " has dtype " + dtype_str(a) + ", expected uint8 blocks");
+    }
+    if (!a.writeable()) value_error(std::string("inplace=True: ") + what + " is read-only");
+    if (!(a.flags() & py::array::c_style)) {
+      value_error(std::string("inplace=True: ") + what + " is not C-contiguous");
+    }
   }
   U8Array b = as_blocks(b_obj, what);
   const auto t = nibble::traits(f);
@@ -356,6 +373,19 @@ py::array permute(const py::handle& b_obj, const std::string& format,
                 ", expected (rows, row_bytes) or flat");
   }
   const nibble::Context ctx = make_context(threads, std::nullopt);
+  if (inplace) {
+    auto a = py::reinterpret_borrow<py::array>(b_obj);
+    void* p = a.mutable_data();
+    {
+      py::gil_scoped_release release;
+      if (to_packed) {
+        nibble::pack_in_place(ctx, f, p, rows, cols);
+      } else {
+        nibble::unpack_in_place(ctx, f, p, rows, cols);
+      }
+    }
+    return a;
+  }
   std::vector<py::ssize_t> shape(b.shape(), b.shape() + b.ndim());
   py::array_t<std::uint8_t> out(shape);
   const std::uint8_t* src = b.data();
@@ -501,18 +531,22 @@ PYBIND11_MODULE(_nibble, m) {
   m.def(
       "pack",
       [](const py::handle& b, const std::string& format, const std::optional<std::int64_t>& cols,
-         int threads) { return permute(b, format, cols, threads, true); },
+         int threads, bool inplace) { return permute(b, format, cols, threads, true, inplace); },
       py::arg("blocks"), py::arg("format"), py::arg("cols") = py::none(), py::arg("threads") = 0,
+      py::arg("inplace") = false,
       "The packed (row-interleaved, 16-row groups) layout of uint8 blocks (rows, row_bytes) of\n"
       "`format`: the same bytes permuted, same shape (a flat array needs cols). Decode GEMV on it\n"
       "(gemv(..., packed=True)) streams at the memory bandwidth. Lossless: unpack gives the\n"
-      "blocks back.");
+      "blocks back. inplace=True rewrites `blocks` itself (a writeable C-contiguous uint8\n"
+      "array) and returns it: no second copy of the matrix.");
   m.def(
       "unpack",
       [](const py::handle& b, const std::string& format, const std::optional<std::int64_t>& cols,
-         int threads) { return permute(b, format, cols, threads, false); },
+         int threads, bool inplace) { return permute(b, format, cols, threads, false, inplace); },
       py::arg("packed"), py::arg("format"), py::arg("cols") = py::none(), py::arg("threads") = 0,
-      "The plain GGUF blocks of a packed array (the inverse of pack, byte for byte).");
+      py::arg("inplace") = false,
+      "The plain GGUF blocks of a packed array (the inverse of pack, byte for byte); inplace as\n"
+      "for pack.");
 
   py::module_ nf4 = m.def_submodule("nf4", "bitsandbytes-compatible NF4 / FP4 (quantize_4bit)");
   py::class_<PyQuantized>(nf4, "Quantized",

@@ -43,6 +43,33 @@ def test_round_trip(fmt, rows):
     assert np.array_equal(nibble.unpack(flat, fmt, cols=512), W.reshape(-1))
 
 
+@pytest.mark.parametrize("fmt", ["q4_K", "q3_K", "nf4"])
+def test_in_place(fmt):
+    W = blocks_of(fmt, 37, 512)
+    P = nibble.pack(W, fmt)
+    B = W.copy()
+    out = nibble.pack(B, fmt, threads=2, inplace=True)
+    assert out is B and np.array_equal(B, P)
+    assert nibble.unpack(B, fmt, inplace=True) is B and np.array_equal(B, W)
+    flat = W.reshape(-1).copy()
+    nibble.pack(flat, fmt, cols=512, inplace=True)
+    assert np.array_equal(flat, P.reshape(-1))
+    # what cannot be rewritten in place is refused, and left as it was
+    ro = W.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        nibble.pack(ro, fmt, inplace=True)
+    strided = np.zeros((W.shape[0], 2 * W.shape[1]), np.uint8)[:, ::2]
+    strided[:] = W
+    with pytest.raises(ValueError, match="C-contiguous"):
+        nibble.pack(strided, fmt, inplace=True)
+    assert np.array_equal(strided, W)
+    with pytest.raises(ValueError, match="numpy array"):
+        nibble.pack(W.tolist(), fmt, inplace=True)
+    with pytest.raises(ValueError, match="dtype"):
+        nibble.pack(W.astype(np.int16), fmt, inplace=True)
+
+
 def test_q4_K_byte_positions():
     # q4_K: the whole 144-byte block in 4-byte units; unit u of row i of a group at
     # (16 u + i) * 4 within the group's block b (16 * 144 bytes per block column).
