@@ -96,6 +96,14 @@ void permute(const Context& ctx, Format f, const void* src, std::int64_t rows, s
     std::copy(j.src + done, j.src + total, j.dst + done);  // the plain tail
 }
 
+// pack_in_place / unpack_in_place: the checks of pack(), then permute() with src == dst.
+void permute_in_place(const Context& ctx, Format f, void* m, const char* mn, std::int64_t rows,
+                      std::int64_t cols, bool to_packed, const char* fn) {
+  const std::size_t bytes = check_packable(f, rows, cols, fn);
+  checks::check_ptr(m, mn, bytes > 0, fn);
+  permute(ctx, f, m, rows, cols, m, to_packed);
+}
+
 }  // namespace
 
 bool packable(Format f) {
@@ -115,15 +123,11 @@ void unpack(const Context& ctx, Format f, const void* P, std::int64_t rows, std:
 }
 
 void pack_in_place(const Context& ctx, Format f, void* W, std::int64_t rows, std::int64_t cols) {
-  const std::size_t bytes = check_packable(f, rows, cols, "pack_in_place");
-  checks::check_ptr(W, "W", bytes > 0, "pack_in_place");
-  permute(ctx, f, W, rows, cols, W, true);
+  permute_in_place(ctx, f, W, "W", rows, cols, true, "pack_in_place");
 }
 
 void unpack_in_place(const Context& ctx, Format f, void* P, std::int64_t rows, std::int64_t cols) {
-  const std::size_t bytes = check_packable(f, rows, cols, "unpack_in_place");
-  checks::check_ptr(P, "P", bytes > 0, "unpack_in_place");
-  permute(ctx, f, P, rows, cols, P, false);
+  permute_in_place(ctx, f, P, "P", rows, cols, false, "unpack_in_place");
 }
 
 PackedWeights PackedWeights::view(Format f, const void* packed, std::int64_t rows,

@@ -331,10 +331,7 @@ py::array permute(const py::handle& b_obj, const std::string& format,
     if (!py::isinstance<py::array>(b_obj)) {
       value_error(std::string("inplace=True needs ") + what + " as a numpy array");
     }
-    const auto a = py::reinterpret_borrow<py::array>(b_obj);
-    if (!a.dtype().is(py::dtype::of<std::uint8_t>())) {
-      value_error(std::string(what) + " has dtype " + dtype_str(a) + ", expected uint8 blocks");
-    }
+    const auto a = py::reinterpret_borrow<py::array>(b_obj);  // its dtype: as_blocks below
     if (!a.writeable()) value_error(std::string("inplace=True: ") + what + " is read-only");
     if (!(a.flags() & py::array::c_style)) {
       value_error(std::string("inplace=True: ") + what + " is not C-contiguous");
