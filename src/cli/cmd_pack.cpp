@@ -14,19 +14,18 @@ namespace {
 
 void usage(std::FILE* f, bool pack) {
   if (pack) {
-    std::fprintf(
-        f,
-        "usage: nibble pack IN.gguf OUT.gguf [--threads N]\n"
-        "  Writes IN with every q8_0 / q4_K / q5_K / q6_K / q4_0 / q4_1 / q5_0 / q5_1 /\n"
-        "  q2_K / q3_K / iq4_nl / iq4_xs / mxfp4 tensor of at least 16 rows in nibble's packed "
-        "(row-interleaved)\n"
-        "  layout, type id 0x1000 | ggml type (shown as q4_K.x16, ...): the same bytes\n"
-        "  permuted, so the file has the same size and decodes\n"
-        "  at the memory bandwidth when mapped (see docs/embedding.md). Tensors of 3 or more\n"
-        "  dimensions are packed when ne[1] is a multiple of 16. Everything else (metadata,\n"
-        "  other tensors, alignment, order) is copied byte for byte; `nibble unpack` gives\n"
-        "  back IN exactly. llama.cpp refuses packed files (unknown type).\n"
-        "  --threads N  worker threads (default: all)\n");
+    std::fprintf(f,
+                 "usage: nibble pack IN.gguf OUT.gguf [--threads N]\n"
+                 "  Writes IN with every q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / q2_K / q3_K / q4_K /\n"
+                 "  q5_K / q6_K / iq4_nl / iq4_xs / mxfp4 tensor of at least 16 rows in nibble's\n"
+                 "  packed (row-interleaved) layout, type id 0x1000 | ggml type (shown as\n"
+                 "  q4_K.x16, ...): the same bytes permuted, so the file has the same size and\n"
+                 "  decodes at the memory bandwidth when mapped (see docs/embedding.md). Tensors\n"
+                 "  of 3 or more dimensions are packed when ne[1] is a multiple of 16. Everything\n"
+                 "  else (metadata, other tensors, alignment, order) is copied byte for byte;\n"
+                 "  `nibble unpack` gives back IN exactly. llama.cpp refuses packed files\n"
+                 "  (unknown type).\n"
+                 "  --threads N  worker threads (default: all)\n");
   } else {
     std::fprintf(f,
                  "usage: nibble unpack IN.gguf OUT.gguf [--threads N]\n"
