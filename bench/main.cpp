@@ -68,6 +68,27 @@ std::string isa_list(const std::vector<nibble::Isa>& isas) {
 
 }  // namespace
 
+// nibble-bench's own flags, printed by --help before Google Benchmark's.
+static void print_own_flags() {
+  std::printf(
+      "nibble-bench: nibble's GEMV / GEMM and quantizers against fp32 OpenBLAS and Eigen, the\n"
+      "scalar path and the memory read bandwidth (docs/benchmarks.md). Own flags:\n"
+      "  --summary            a short set (unless --benchmark_filter is given), then a table of\n"
+      "                       ratios from this run\n"
+      "  --calib              also the slow calibration benchmarks (AWQ, GPTQ 11008x4096)\n"
+      "  --threads=LIST       thread counts of the GEMV, decode, membw and OpenBLAS rows\n"
+      "                       (default 1,2)\n"
+      "  --layers=N           layers of the built-in decode stack (1..32, default 4)\n"
+      "  --model=FILE.gguf    decode rows over this GGUF file's linear weights\n"
+      "  --llc_bytes=N        last-level cache size for the cold rotation (default: detected)\n"
+      "  --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)\n"
+      "  --membw_bytes=N      array size of the bandwidth kernel (default max(4 * LLC, 1 GiB))\n"
+      "  --l2_bytes=N         per-core L2 size for the warm_l2 rows (default: detected)\n"
+      "  --keep_openblas_env  do not re-execute with a cleaned OpenBLAS environment\n"
+      "Google Benchmark's flags:\n");
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   // --threads first: the OpenBLAS re-execution needs the largest count.
   for (int i = 1; i < argc; ++i) {
@@ -88,7 +109,11 @@ int main(int argc, char** argv) {
   args.push_back(argv[0]);
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
-    if (std::strcmp(a, "--summary") == 0) {
+    if (std::strcmp(a, "--help") == 0 || std::strcmp(a, "-h") == 0) {
+      print_own_flags();  // Google Benchmark prints its own flags and exits
+      static char help[] = "--help";
+      args.push_back(help);
+    } else if (std::strcmp(a, "--summary") == 0) {
       summary = true;
     } else if (std::strcmp(a, "--calib") == 0) {
       calib = true;

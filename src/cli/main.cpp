@@ -19,6 +19,19 @@ namespace {
 
 // `nibble bench`: replaces this process by the nibble-bench next to it, with --summary.
 int cmd_bench(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::printf(
+          "usage: nibble bench [nibble-bench options]\n"
+          "  runs `nibble-bench --summary` (next to this program) with these options: every\n"
+          "  format and ISA against fp32 OpenBLAS / Eigen, the scalar path and the memory\n"
+          "  read bandwidth, then a table of ratios from that run. `nibble-bench --help` lists\n"
+          "  its options (--threads=LIST, --model=FILE.gguf, --benchmark_filter=REGEX, ...).\n\n");
+      char help[] = "--help";
+      char* a[] = {help, nullptr};
+      return cmd_bench_model(1, a);
+    }
+  }
   std::string self(4096, '\0');
   const ssize_t n = readlink("/proc/self/exe", &self[0], self.size() - 1);
   std::string dir = n > 0 ? self.substr(0, static_cast<std::size_t>(n)) : std::string(argv[0]);
