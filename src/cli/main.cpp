@@ -98,6 +98,15 @@ int main(int argc, char** argv) {
 #endif
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "isa") {
+      if (argc > 2) {
+        const bool help = std::strcmp(argv[2], "-h") == 0 || std::strcmp(argv[2], "--help") == 0;
+        if (!help) std::fprintf(stderr, "nibble isa: unexpected argument %s\n", argv[2]);
+        std::fprintf(help ? stdout : stderr,
+                     "usage: nibble isa\n"
+                     "  prints the kernel ISAs this binary can run on this CPU (the values of\n"
+                     "  nibble::Context::isa it accepts here) and the one it picks by default\n");
+        return help ? 0 : 2;
+      }
       for (nibble::Isa i : nibble::available_isas()) std::printf("%s ", nibble::isa_name(i));
       std::printf("\nbest: %s\n", nibble::isa_name(nibble::best_isa()));
       return 0;
