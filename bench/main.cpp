@@ -3,21 +3,8 @@
 // re-executes itself once with a clean environment), handles nibble-bench's own flags, registers
 // every benchmark, and runs them through Google Benchmark.
 //
-// Own flags (removed before benchmark::Initialize sees argv):
-//   --summary            run a short set (unless --benchmark_filter is given) and print a table
-//                        of ratios: nibble vs fp32 OpenBLAS/Eigen, vs the bandwidth roofline,
-//                        vs the scalar path
-//   --llc_bytes=N        last-level cache size for the cold rotation (default: detected)
-//   --cold_factor=X      rotated weight copies span at least X * LLC bytes (default 2)
-//   --membw_bytes=N      array size of the memory-bandwidth kernel (default max(4 * LLC, 1 GiB))
-//   --l2_bytes=N         per-core L2 size for the warm_l2 GEMV rows (default: detected)
-//   --threads=LIST       thread counts of the GEMV, decode, membw and OpenBLAS rows, as a
-//                        comma-separated list (default 1,2); OpenBLAS starts with the largest
-//   --layers=N           layers of the built-in decode stack (llama-2-7B shapes, Q4_K_M mix;
-//                        default 4, 1..32; `--layers N` also accepted)
-//   --model=FILE.gguf    decode rows over this GGUF file's linear weights instead
-//   --calib              also register the slow calibration benchmarks (AWQ, GPTQ 11008x4096)
-//   --keep_openblas_env  do not re-execute (keep OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS)
+// Own flags (removed before benchmark::Initialize sees argv): print_own_flags below, which
+// --help prints.
 // Defaults added unless given: --benchmark_min_time=0.2.
 #include <unistd.h>
 

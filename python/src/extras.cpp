@@ -736,10 +736,9 @@ void bind_extras(py::module_& m) {
         return summary(s);
       },
       py::arg("in_path"), py::arg("out_path"), py::arg("threads") = 0,
-      "`nibble pack`: writes in_path with its tensors of >= 16 rows in a packable type (q8_0,\n"
-      "q4_0..q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4) in the packed layout (type q4_K.x16, ...;\n"
-      "every other byte unchanged). Returns a dict: converted, copied, converted_bytes,\n"
-      "file_bytes, seconds.");
+      "`nibble pack`: writes in_path with its tensors of >= 16 rows in a packable GGUF type\n"
+      "(nibble.packable) in the packed layout (type q4_K.x16, ...; every other byte unchanged).\n"
+      "Returns a dict: converted, copied, converted_bytes, file_bytes, seconds.");
   gg.def(
       "unpack_file",
       [summary](const std::string& in, const std::string& out, int threads) {

@@ -12,8 +12,6 @@
 #include "../decode_step.hpp"
 #include "commands.hpp"
 
-namespace {
-
 void bench_model_usage(std::FILE* out) {
   std::fprintf(out,
                "usage: nibble bench MODEL.gguf [-t N] [--packed] [--min-time S] "
@@ -36,6 +34,8 @@ void bench_model_usage(std::FILE* out) {
                "512 MiB))\n"
                "  Attention, norms and the KV cache are not part of the step.\n");
 }
+
+namespace {
 
 std::size_t llc_bytes() {
 #if defined(_SC_LEVEL3_CACHE_SIZE)

@@ -2,6 +2,8 @@
 // (argv[0] is the first argument, not the program name) and returns the process exit code.
 #pragma once
 
+#include <cstdio>
+
 /// `nibble quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--method rtn|gptq|awq]
 /// [--calib FILE] [--threads N]`: llama-quantize-compatible quantization.
 int cmd_quantize(int argc, char** argv);
@@ -33,3 +35,5 @@ int cmd_tokenize(int argc, char** argv);
 /// fraction of this machine's memory read bandwidth, at 1 and 2 threads (or N); --packed times
 /// the plain and the packed layout side by side.
 int cmd_bench_model(int argc, char** argv);
+/// The usage text of `nibble bench MODEL.gguf` (also part of `nibble bench --help`).
+void bench_model_usage(std::FILE* out);

@@ -20,16 +20,16 @@ namespace {
 // `nibble bench`: replaces this process by the nibble-bench next to it, with --summary.
 int cmd_bench(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
       std::printf(
           "usage: nibble bench [nibble-bench options]\n"
           "  runs `nibble-bench --summary` (next to this program) with these options: every\n"
           "  format and ISA against fp32 OpenBLAS / Eigen, the scalar path and the memory\n"
           "  read bandwidth, then a table of ratios from that run. `nibble-bench --help` lists\n"
           "  its options (--threads=LIST, --model=FILE.gguf, --benchmark_filter=REGEX, ...).\n\n");
-      char help[] = "--help";
-      char* a[] = {help, nullptr};
-      return cmd_bench_model(1, a);
+      bench_model_usage(stdout);
+      return 0;
     }
   }
   std::string self(4096, '\0');
@@ -60,9 +60,8 @@ void usage(std::FILE* out) {
                "             print accuracy and speed; see `nibble report --help`\n"
                "  quantize   IN.gguf OUT.gguf TYPE [options]: quantize a GGUF model like\n"
                "             llama-quantize; see `nibble quantize --help`\n"
-               "  pack       IN.gguf OUT.gguf [--threads N]: the tensors of every packable type\n"
-               "             (q8_0, q4_0..q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4) in nibble's\n"
-               "             packed layout (fast decode, same size; see `nibble pack --help`)\n"
+               "  pack       IN.gguf OUT.gguf [--threads N]: every packable tensor in the packed\n"
+               "             layout (fast decode, same size; see `nibble pack --help`)\n"
                "  unpack     IN.gguf OUT.gguf [--threads N]: back to the plain GGUF layout\n"
                "  info       FILE.gguf: metadata and tensor table\n"
                "  perplexity MODEL.gguf TEXT [options]: perplexity / KL divergence like\n"
@@ -99,7 +98,8 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "isa") {
       if (argc > 2) {
-        const bool help = std::strcmp(argv[2], "-h") == 0 || std::strcmp(argv[2], "--help") == 0;
+        const std::string a = argv[2];
+        const bool help = a == "-h" || a == "--help";
         if (!help) std::fprintf(stderr, "nibble isa: unexpected argument %s\n", argv[2]);
         std::fprintf(help ? stdout : stderr,
                      "usage: nibble isa\n"
