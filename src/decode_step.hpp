@@ -37,6 +37,8 @@
 #include <tuple>
 #include <vector>
 
+#include "read_bandwidth.hpp"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -391,40 +393,39 @@ inline double time_steps(Runner& r, double min_seconds, int min_steps = 3) {
 }
 
 /// Memory read bandwidth in bytes/s: `threads` threads sum disjoint slices of a `bytes` array of
-/// 64-bit words (best of `reps` passes after one untimed pass). The array is allocated here and
-/// freed on return. A plain C++ loop (compiled for the build's baseline ISA): on some machines
-/// one thread reads a little slower than with wide vector loads; nibble-bench's membw rows use a
-/// wider kernel.
-inline double read_bandwidth(std::size_t bytes, int threads, int reps = 5) {
+/// 64-bit words in each read pattern of src/read_bandwidth.hpp (one untimed pass, then `reps`
+/// passes per pattern, alternated); the best pass of all. The array is allocated here and freed
+/// on return. Compiled for the build's baseline ISA: on some machines one thread reads a little
+/// slower than with wide vector loads; nibble-bench's membw rows clone the loop per ISA.
+inline double read_bandwidth(std::size_t bytes, int threads, int reps = 3) {
   threads = std::max(threads, 1);
   std::shared_ptr<void> buf = detail::alloc_weights(bytes);
   const std::size_t words = bytes / 8 / 64 * 64;
   const auto* p = static_cast<const std::uint64_t*>(buf.get());
   std::vector<std::uint64_t> part(static_cast<std::size_t>(threads));
-  auto pass = [&]() {
+  auto pass = [&](int pattern) {
     const std::size_t chunk = (words / 64 + static_cast<std::size_t>(threads) - 1) /
                               static_cast<std::size_t>(threads) * 64;
     auto work = [&](int t) {
       const std::size_t b = std::min(words, chunk * static_cast<std::size_t>(t));
       const std::size_t e = std::min(words, b + chunk);
-      std::uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (std::size_t i = b; i < e; i += 8) {
-        for (int j = 0; j < 8; ++j) a[j] += p[i + static_cast<std::size_t>(j)];
-      }
-      part[static_cast<std::size_t>(t)] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+      part[static_cast<std::size_t>(t)] = membw::sum_pattern(pattern, p + b, e - b);
     };
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
     work(0);
     for (auto& th : pool) th.join();
   };
-  pass();
+  pass(0);
   double best = 0;
   for (int r = 0; r < reps; ++r) {
-    const auto a = std::chrono::steady_clock::now();
-    pass();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-    if (sec > 0) best = std::max(best, static_cast<double>(words * 8) / sec);
+    for (int k = 0; k < membw::kNumReadPatterns; ++k) {
+      const auto a = std::chrono::steady_clock::now();
+      pass(k);
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+      if (sec > 0) best = std::max(best, static_cast<double>(words * 8) / sec);
+    }
   }
   volatile std::uint64_t sink = part[0];
   (void)sink;

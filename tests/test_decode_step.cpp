@@ -269,6 +269,26 @@ TEST(DecodeStep, PackedLayout) {
 
 TEST(DecodeStep, ReadBandwidthPositive) {
   EXPECT_GT(d::read_bandwidth(std::size_t{8} << 20, 1, 2), 0.0);
+  EXPECT_GT(d::read_bandwidth(std::size_t{8} << 20, 2, 1), 0.0);
+}
+
+// Every read pattern of the roofline loops sums every word exactly once: lengths that split
+// evenly into the streams and lengths that leave a tail, each word a distinct power-of-two
+// multiple so that a skipped or doubled word changes the sum.
+TEST(DecodeStep, ReadPatternsSumEveryWordOnce) {
+  namespace m = nibble::membw;
+  for (std::size_t n : {std::size_t{16}, std::size_t{48}, std::size_t{64}, std::size_t{112},
+                        std::size_t{4096}, std::size_t{4096 + 48}, std::size_t{100000}}) {
+    std::vector<std::uint64_t> w(n + 4096);  // slack: the prefetches run past the end
+    std::uint64_t want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{1} << (i % 64));
+      want += w[i];
+    }
+    for (std::size_t i = n; i < w.size(); ++i) w[i] = 0xDEADBEEFull;  // must not be summed
+    for (int k = 0; k < m::kNumReadPatterns; ++k)
+      EXPECT_EQ(m::sum_pattern(k, w.data(), n), want) << m::kReadPatternNames[k] << ", n " << n;
+  }
 }
 
 }  // namespace
