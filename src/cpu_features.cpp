@@ -2,6 +2,8 @@
 // only counts when the OS saves the matching register state. aarch64: getauxval(AT_HWCAP).
 #include "nibble/core/cpu.hpp"
 
+#include <atomic>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <cstdint>
@@ -82,5 +84,21 @@ const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
 }
+
+namespace detail {
+namespace {
+std::atomic<int> g_vendor_tuning{-1};
+}  // namespace
+void set_vendor_tuning_override(int v) {
+  g_vendor_tuning.store(v, std::memory_order_relaxed);
+}
+int vendor_tuning_override() {
+  return g_vendor_tuning.load(std::memory_order_relaxed);
+}
+bool intel_streaming_tuning() {
+  const int o = vendor_tuning_override();
+  return o == 0 || o == 1 ? o == 1 : !cpu_features().amd;
+}
+}  // namespace detail
 
 }  // namespace nibble

@@ -11,6 +11,7 @@
 //   rounding bounds for NF4 / FP4), threads 1 and 3.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "nibble/core/cpu.hpp"
 #include "nibble/packed.hpp"
 
 namespace {
@@ -280,6 +282,44 @@ TEST_P(PackedKernels, GemvGemmMatchEigenAndPlain) {
             nibble::test::RefProduct plain{std::vector<double>(Yq.begin(), Yq.end()), ref.scale};
             nibble::test::expect_close(Yp, plain, 2 * kRtol, both, what + " packed vs plain");
           }
+        }
+      }
+    }
+  }
+}
+
+// The packed GEMV's two streaming schemes (detail::intel_streaming_tuning: two streams, or four
+// with crossing L2 prefetches for the large group blocks) give bit-identical outputs: each group
+// is summed by the same body in the same order. 150 rows (10 groups) end the streams unevenly.
+TEST_P(PackedKernels, StreamingTuningsAgree) {
+  const nibble::kernels::KernelTable& t = table();
+  struct Restore {
+    ~Restore() { nibble::detail::set_vendor_tuning_override(-1); }
+  } restore;
+  for (Format f : kPackable) {
+    for (std::int64_t rows : {16, 48, 64, 150, 272}) {
+      const std::int64_t cols = 512;
+      const auto src = nibble::test::random_normal(static_cast<std::size_t>(rows * cols),
+                                                   static_cast<std::uint32_t>(rows), 0.02f);
+      std::vector<std::uint8_t> W(plain_bytes(f, rows, cols)), P(W.size());
+      nibble::quantize(f, src.data(), rows, cols, W.data());
+      nibble::pack(nibble::Context{}, f, W.data(), rows, cols, P.data());
+      const auto X = nibble::test::random_normal(static_cast<std::size_t>(cols), 77);
+      for (int threads : {1, 2, 3}) {
+        nibble::Context ctx;
+        ctx.threads = threads;
+        std::vector<float> Y[2];
+        for (int tuning : {0, 1}) {
+          nibble::detail::set_vendor_tuning_override(tuning);
+          Y[tuning].assign(static_cast<std::size_t>(rows), std::nanf(""));
+          nibble::detail::run_gemm_packed(t, ctx, f, P.data(), rows, cols, X.data(), 1,
+                                          Y[tuning].data());
+        }
+        for (std::int64_t r = 0; r < rows; ++r) {
+          ASSERT_TRUE(std::isfinite(Y[0][r])) << nibble::traits(f).name << " row " << r;
+          ASSERT_EQ(std::memcmp(&Y[0][r], &Y[1][r], sizeof(float)), 0)
+              << variant_name() << " " << nibble::traits(f).name << " " << rows << " rows, "
+              << threads << " threads, row " << r << ": " << Y[0][r] << " vs " << Y[1][r];
         }
       }
     }

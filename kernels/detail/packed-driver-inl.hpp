@@ -36,16 +36,19 @@ struct PackedGroup {
 /// Q5_1 (compute-bound there) 0.93-1.10; L3-resident level or better (6 rounds). Four streams on
 /// the K-quants lost: Q4_K 0.85-0.88, Q6_K 0.88-0.94, Q3_K 0.88-0.98. One stream lost up to 34 %
 /// (Q4_K, Q8_0, NF4, Q5_1; Q6_K level). (docs/kernels.md, "Four streams for small group blocks".)
+/// On non-AMD cores packed_gemv reads the large group blocks as four streams after all, with the
+/// L2 prefetches crossing between them (packed_cross_streams).
 constexpr int packed_streams(std::size_t group_block) {
   return group_block < 1024 ? 4 : 2;
 }
 
 /// The packed GEMV driver: y[16 g ..] for the groups g in [g0, g1), read as
-/// packed_streams(K::kGroupBlock) sequential streams (the range cut into that many parts, block by
-/// block in lockstep). Measured on a Zen 4 core (a Q4_K body, 4096 x 4096, cold, rounds interleaved
-/// with the membw sum): one stream read at 0.77-0.93 of the sum loop's bandwidth, two at 0.97-1.04,
-/// four at 0.89-0.95, eight at 0.4. The body K provides Act (act(A, cols)), State (zeroed by
-/// construction), blocks(cols), kGroupBlock, block(group block, act, b, state) and store(state, y).
+/// packed_streams(K::kGroupBlock) sequential streams, or four with packed_cross_streams (the
+/// range cut into that many parts, block by block in lockstep). Measured on a Zen 4 core (a Q4_K
+/// body, 4096 x 4096, cold, rounds interleaved with the membw sum): one stream read at 0.77-0.93 of
+/// the sum loop's bandwidth, two at 0.97-1.04, four at 0.89-0.95, eight at 0.4. The body K provides
+/// Act (act(A, cols)), State (zeroed by construction), blocks(cols), kGroupBlock, block(group
+/// block, act, b, state) and store(state, y).
 ///
 /// Before each group block of a stream, every cache line kPackedPrefetch bytes further on in that
 /// stream is prefetched (one prefetch per line, the streams' bursts apart). The hardware
@@ -73,10 +76,30 @@ inline constexpr std::size_t kPackedPrefetchL2 = 16384;
 /// 0.77 -> 0.86, nf4.x16 0.78 -> 0.88, q3_K.x16 0.81 -> 0.89, iq4_xs.x16 0.80 -> 0.99; AVX2
 /// q4_K.x16 0.83 -> 0.91 and 0.74 -> 0.88, q5_K.x16 0.67 -> 0.76; the packed Q4_K_M decode
 /// step 0.93 -> 1.01 and 0.85 -> 0.94 (docs/kernels.md, "The L2 prefetch on Zen 5"). 8 KiB
-/// ahead was no better. Decided once per process from the CPU vendor.
+/// ahead was no better. Decided from the CPU vendor (detail::intel_streaming_tuning, which tests
+/// can override).
 inline bool packed_prefetch_l2() {
-  static const bool on = !cpu_features().amd;
-  return on;
+  return detail::intel_streaming_tuning();
+}
+
+/// Whether packed_gemv reads the bodies with large group blocks (the K-quants, IQ4_XS: 1.1-3.3
+/// KiB) as four streams whose L2 prefetches cross (packed_step_cross) instead of two streams each
+/// prefetching its own block: not on AMD cores, where four streams lost (packed_streams). On a
+/// 2-core Sapphire Rapids-class VM (one core reads 12-16 GB/s as four prefetched streams, 8-10 as
+/// one; 4096 x 4096, cold, 3 alternated runs, median ratio new / old of the paired `x_membw`, 1 /
+/// 2 threads): AVX-512 q4_K.x16 1.37 / 1.42, q5_K.x16 1.31 / 1.13, q6_K.x16 1.52 / 1.41,
+/// q2_K.x16 1.23 / 1.04, q3_K.x16 1.22 / 1.08, iq4_xs.x16 1.25 / 1.18; AVX-VNNI and AVX2
+/// 1.10-1.35 except q3_K.x16 on AVX2 at 2 threads (0.91, compute-bound at 0.4 of the bandwidth);
+/// the packed Q4_K_M decode step 1.35 / 1.26. Four streams with each prefetching its own block
+/// had measured 0.85-1.00 (docs/kernels.md, "Streaming on a Sapphire Rapids-class core").
+/// Not measured on Arm cores: there only the tests' override (detail::set_vendor_tuning_override)
+/// turns it on.
+inline bool packed_cross_streams() {
+#if defined(__x86_64__) || defined(__i386__)
+  return detail::intel_streaming_tuning();
+#else
+  return detail::vendor_tuning_override() == 1;
+#endif
 }
 
 /// Group block b of one packed stream p: its cache lines kPackedPrefetch bytes on are
@@ -93,12 +116,6 @@ template <class K>
   }
   K::block(gb, act, b, st);
 }
-template <class K>
-inline void packed_step_call(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
-                             typename K::State& st, bool l2) {
-  packed_step_inline<K>(p, act, b, st, l2);
-}
-
 /// K::kInlineStep, false when the body does not declare it: whether the driver loop inlines the
 /// steps (the compiler leaves them out of line otherwise); inlined, the two streams' steps share
 /// their activation loads. Measured L3-resident on a Zen 5 core (1024 x 4096, one thread, GB/s,
@@ -112,6 +129,40 @@ struct InlineStep : std::false_type {};
 template <class K>
 struct InlineStep<K, std::void_t<decltype(K::kInlineStep)>> : std::bool_constant<K::kInlineStep> {};
 
+/// K::block out of line (for the bodies that lose when inlined, see InlineStep).
+template <class K>
+inline void packed_block_call(const std::uint8_t* gb, const typename K::Act& act, std::int64_t b,
+                              typename K::State& st) {
+  K::block(gb, act, b, st);
+}
+
+/// Step k of NS streams in packed_gemv_streams<K, NS, true>: stream k's own lines
+/// kPackedPrefetch bytes on into L1, and quarter k of every stream's block kPackedPrefetchL2
+/// bytes on into L2, then the body consumes stream k's block.
+template <class K, int NS, int k>
+[[gnu::always_inline]] inline void packed_step_cross(const std::uint8_t* const* p,
+                                                     const typename K::Act& act, std::int64_t b,
+                                                     typename K::State& st) {
+  constexpr std::size_t lines = (K::kGroupBlock + 63) / 64;
+  constexpr std::size_t lo = lines * k / NS * 64, hi = lines * (k + 1) / NS * 64;
+  const std::size_t off = static_cast<std::size_t>(b) * K::kGroupBlock;
+  const std::uint8_t* gb = p[k] + off;
+  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + kPackedPrefetch + l);
+  for (int t = 0; t < NS; ++t)
+    for (std::size_t l = lo; l < hi; l += 64) prefetch_l2(p[t] + off + kPackedPrefetchL2 + l);
+  if constexpr (InlineStep<K>::value) {
+    K::block(gb, act, b, st);
+  } else {
+    packed_block_call<K>(gb, act, b, st);
+  }
+}
+
+template <class K>
+inline void packed_step_call(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
+                             typename K::State& st, bool l2) {
+  packed_step_inline<K>(p, act, b, st, l2);
+}
+
 template <class K>
 [[gnu::always_inline]] inline void packed_step(const std::uint8_t* p, const typename K::Act& act,
                                                std::int64_t b, typename K::State& st, bool l2) {
@@ -122,10 +173,12 @@ template <class K>
   }
 }
 
-template <class K>
-inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
-                        const std::uint8_t* A, float* y) {
-  constexpr int NS = packed_streams(K::kGroupBlock);
+/// The driver for NS streams; with `cross` (large group blocks on non-AMD cores, NS = 4), the
+/// L2 prefetch of stream k's step covers a quarter of every stream's block kPackedPrefetchL2
+/// bytes on (packed_step_cross) instead of its own whole block.
+template <class K, int NS, bool cross>
+inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
+                                std::int64_t cols, const std::uint8_t* A, float* y) {
   const std::int64_t nb = K::blocks(cols);
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
@@ -145,7 +198,11 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
       for (std::int64_t b = 0; b < nb; ++b) {
         static_for<NS>([&](auto kc) {
           constexpr int k = decltype(kc)::value;
-          packed_step<K>(p[k], act, b, st[k], l2);
+          if constexpr (cross) {
+            packed_step_cross<K, NS, k>(p, act, b, st[k]);
+          } else {
+            packed_step<K>(p[k], act, b, st[k], l2);
+          }
         });
       }
     } else {
@@ -154,6 +211,16 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
     }
     for (int k = 0; k < m; ++k) K::store(st[k], y + 16 * (g0 + k * part + i));
   }
+}
+
+template <class K>
+inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
+                        const std::uint8_t* A, float* y) {
+  constexpr int NS = packed_streams(K::kGroupBlock);
+  if constexpr (NS == 2) {
+    if (packed_cross_streams()) return packed_gemv_streams<K, 4, true>(P, g0, g1, cols, A, y);
+  }
+  packed_gemv_streams<K, NS, false>(P, g0, g1, cols, A, y);
 }
 
 /// A register of unit u of sub-tile h of a packed group block `gb`: that 4-byte unit of the

@@ -21,7 +21,8 @@ struct CpuFeatures {
   bool avx512vnni = false;  ///< AVX-512 VNNI (and OS ZMM support)
   bool avxvnni = false;     ///< AVX-VNNI: VEX-encoded 256-bit vpdpbusd (and OS YMM support)
   /// The vendor string is "AuthenticAMD". Used only for tuning choices that were measured to
-  /// differ between AMD and Intel cores (the packed GEMV's L2 prefetch), never for correctness.
+  /// differ between AMD and Intel cores (the packed GEMV's L2 prefetch and stream count), never
+  /// for correctness.
   bool amd = false;
   // aarch64
   bool neon = false;     ///< Advanced SIMD (always present on aarch64)
@@ -30,5 +31,20 @@ struct CpuFeatures {
 
 /// Features of the CPU this process runs on, detected once (thread-safe) and then cached.
 const CpuFeatures& cpu_features();
+
+namespace detail {
+/// Test hook for the vendor-dependent tuning choices of the packed GEMV (the L2 prefetch and the
+/// four cross-prefetched streams of large group blocks, kernels/detail/packed-driver-inl.hpp):
+/// -1 (the default) decides from cpu_features().amd, 0 takes the AMD choices, 1 the others, so
+/// that tests run both code paths on any CPU (on Arm the four streams are taken only with 1).
+/// Neither choice changes a result. Thread-safe; not meant for use while products run on other
+/// threads.
+void set_vendor_tuning_override(int v);
+/// The value set_vendor_tuning_override last stored (-1 by default).
+int vendor_tuning_override();
+/// Whether the packed GEMV uses the tuning measured on Intel cores: the override when it is 0 or
+/// 1, else !cpu_features().amd.
+bool intel_streaming_tuning();
+}  // namespace detail
 
 }  // namespace nibble
