@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nibble/core/cpu.hpp"
 #include "nibble/nibble.hpp"
 
 namespace nibble_bench {

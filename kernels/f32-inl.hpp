@@ -161,10 +161,14 @@ enum class FloatElem { f32, f16, bf16 };
 /// scalar code. Within a scheme a row's operations do not depend on the group size, so neither do
 /// the results (four_streams() says where the schemes differ).
 ///
-/// Group size outside four_streams(): one row (a single sequential weight stream) while the
-/// activation row fits in kOneRowX bytes, so that it stays in L1 next to the stream; two rows
-/// above that, which halves the activation reads. Measured on an earlier Zen 5 host, before the
-/// AMD scheme of four_streams() (cold, 1 thread, alternated runs, GB/s of f16 weights on AVX2 /
+/// On other x86 cores (gemv_row_streams: Intel's) a group is kStreamRows rows from as many
+/// far-apart runs, each run one sequential stream prefetched into L1 (docs/kernels.md, "Row
+/// streams for the plain layouts"). Elsewhere (Arm) the group size is as follows.
+///
+/// Group size outside four_streams() and row streams: one row (a single sequential weight stream)
+/// while the activation row fits in kOneRowX bytes, so that it stays in L1 next to the stream; two
+/// rows above that, which halves the activation reads. Measured on an earlier Zen 5 host, before
+/// the AMD scheme of four_streams() (cold, 1 thread, alternated runs, GB/s of f16 weights on AVX2 /
 /// AVX-512): 4096 x 4096: 4 rows 29.6 / 27.5, 2 rows 31.3 / 28.9, 1 row 34.5 / 31.2;
 /// 4096 x 11008: 4 rows 30.0 / 28.3, 2 rows 36.0 / 27.7, 1 row 23.4 / 22.5.
 template <class Tag, FloatElem E>
@@ -173,6 +177,7 @@ struct FloatGemv {
   static constexpr int kU = 4;                            ///< registers per row and step
   static constexpr int kE = E == FloatElem::f32 ? 4 : 2;  ///< bytes per weight
   static constexpr std::int64_t kOneRowX = 16384;
+  static constexpr int kStreamRows = Tag::bytes == 64 ? 4 : 2;  ///< rows per group, row streams
 
   static float value(const std::uint8_t* row, std::int64_t k) {
     if constexpr (E == FloatElem::f16) return half_to_float(ld_u16(row + 2 * k));
@@ -198,6 +203,11 @@ struct FloatGemv {
       } else {
         return gemv_groups<FloatGemv, 4>(w, wrb, r0, r1, Y, a, arb, cols);
       }
+    }
+    // Row streams (gemv_row_streams): four far-apart rows on 64-byte tags, two on 32-byte tags
+    // (their 16 registers hold two rows' kU sums beside the activations and the weights).
+    if (gemv_row_streams()) {
+      return gemv_groups<FloatGemv, kStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
     }
     if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
     gemv_groups<FloatGemv, 2>(w, wrb, r0, r1, Y, a, arb, cols);
@@ -265,7 +275,7 @@ struct FloatGemv {
           for (int o = 0; o < (kStep * kE + 63) / 64; ++o) {
             const std::uint8_t* line = W + r * wrb + off + 64 * o;
             if (ahead) prefetch_l1(line + ahead);
-            if (far) prefetch_l2(line + far);
+            prefetch_far(line, far);
           }
         }
       }

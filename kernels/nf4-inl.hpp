@@ -167,7 +167,7 @@ struct Nf4FloatGemv {
         if (r < R && (b & 1) == 0) {  // the two blocks' 72 bytes: every line of them
           for (int o = 0; o < static_cast<int>(2 * kNf4Bytes); o += 64) {
             prefetch_l1(blk[r] + kPrefetch + o);
-            if (far) prefetch_l2(blk[r] + far + o);
+            prefetch_far(blk[r] + o, far);
           }
         }
       }
@@ -405,7 +405,7 @@ struct Nf4IntGemv {
           // The next group's rows into L2 while this group computes (gemv_groups); every block:
           // every other block (a row then advances 72 bytes, more than a line) measured 14 GB/s
           // against 20 cold, and an L1 prefetch of this row gained nothing.
-          prefetch_l2(blk + far);  // far == 0 for the last group: a harmless hint
+          prefetch_far(blk, far);
           VI16<Tag> w[4];
           lookup(tab, blk + 4, w);
           VI32<Tag> s = madd_i16<Tag>(w[0], x[0]);

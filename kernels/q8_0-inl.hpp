@@ -164,7 +164,7 @@ struct Q8_0Simd {
       VI8<Tag> w[R][kV];
       float dw[R][kS];
       if constexpr (C == 1) {
-        if (kLinearL2 && far) {
+        if (kLinearL2 && far_group(far)) {
           prefetch_linear(W + far, R, static_cast<std::size_t>(b) * kQ8_0Blk, kS * kQ8_0Blk);
         }
       }
@@ -176,7 +176,7 @@ struct Q8_0Simd {
           // skip one line in 17 of each stream, and each skipped line is a demand miss.
           for (int o = 0; o < kS * static_cast<int>(kQ8_0Blk); o += 64) {
             if constexpr (kPrefetch > 0) prefetch_l1(p + kPrefetch + o);
-            if (!kLinearL2 && far) prefetch_l2(p + far + o);
+            if (!kLinearL2 || far == kRowStreams) prefetch_far(p + o, far);
           }
         }
         if constexpr (kS == 2) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "nibble/core/cpu.hpp"
 
 namespace {
 
@@ -520,6 +521,52 @@ TEST_P(BasicKernels, Nf4GemvNonFiniteActivations) {
       for (std::int64_t r = 0; r < rows; ++r)
         EXPECT_FALSE(std::isfinite(y[r])) << variant_name() << " " << nibble::traits(f).name
                                           << " row " << r << " = " << y[r] << " with x = " << bad;
+    }
+  }
+}
+
+// The plain-layout GEMV reads a thread's rows either as groups of adjacent rows (AMD tuning) or
+// as far-apart row streams (Intel tuning, gemv_groups in kernels/detail/intrin-common.hpp): both
+// give the same bits for every weight format, on every ISA, with 1 and 3 threads and row counts
+// whose runs end unevenly (35 rows: eight per stream and three tail rows).
+// GemmMatchesEigenAndScalar checks whichever tuning this CPU picks against Eigen; this covers the
+// other one.
+TEST_P(BasicKernels, GemvRowStreamsAgree) {
+  struct Restore {
+    ~Restore() { nibble::detail::set_vendor_tuning_override(-1); }
+  } restore;
+  const std::int64_t cols = 256;
+  const auto x = nt::random_normal(static_cast<std::size_t>(cols), 91);
+  for (int fi = 0; fi <= static_cast<int>(nibble::kLastFormat); ++fi) {
+    const Format f = static_cast<Format>(fi);
+    if (f == Format::q8_K || f == Format::q8_1) continue;  // activation formats
+    for (std::int64_t rows : {35, 64, 150, 272}) {
+      const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols),
+                                       static_cast<std::uint32_t>(rows + fi), 0.05f);
+      std::vector<std::uint8_t> q(nibble::row_bytes(f, cols) * static_cast<std::size_t>(rows));
+      nibble::quantize(f, w.data(), rows, cols, q.data());
+      for (bool exact : {false, true}) {
+        if (exact && f != Format::nf4 && f != Format::fp4) continue;
+        for (int threads : {1, 3}) {
+          nibble::Context ctx;
+          ctx.threads = threads;
+          ctx.exact_nf4 = exact;
+          std::vector<float> y[2];
+          for (int tuning : {0, 1}) {
+            nibble::detail::set_vendor_tuning_override(tuning);
+            y[tuning].assign(static_cast<std::size_t>(rows), std::nanf(""));
+            nibble::detail::run_gemm(table(), ctx, f, q.data(), rows, cols, x.data(), 1,
+                                     y[tuning].data());
+          }
+          for (std::int64_t r = 0; r < rows; ++r) {
+            ASSERT_TRUE(std::isfinite(y[0][r])) << nibble::traits(f).name << " row " << r;
+            ASSERT_EQ(std::memcmp(&y[0][r], &y[1][r], sizeof(float)), 0)
+                << variant_name() << " " << nibble::traits(f).name << (exact ? " exact " : " ")
+                << rows << " rows, " << threads << " threads, row " << r << ": " << y[0][r]
+                << " vs " << y[1][r];
+          }
+        }
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "nibble/core/cpu.hpp"
 #include "nibble/kernels/arch.hpp"
 #include "nibble/kernels/detail/simd.hpp"
 #include "nibble/kernels/table.hpp"
@@ -140,24 +141,66 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
   }
 }
 
-/// GEMV over rows [r0, r1) in groups of R adjacent rows: K::template run<R, 1>(rows, wrb, a, arb,
-/// args..., y + r, 1, far) where `far` is the byte distance to a group ahead (0 near the end) so
-/// that the kernel can prefetch that group's rows into L2 while it computes this one: the rows of
-/// a thread then form one continuous DRAM stream (measured: without it, cold GEMV reads at 0.8 of
-/// the bandwidth; with it, at the bandwidth). The group ahead is the next one, or the first at
-/// least kFarMin bytes away when groups are smaller (q2_K: 4 rows of 4096 columns are 5.25 KiB;
-/// Zen 5, AVX-512, 4096 x 4096, alternated runs: 1 thread 18-20 -> 30-33 GB/s, 2 threads
-/// 31-36 -> 39-49; 8 and 16 KiB measured alike). The last rows use smaller groups.
+/// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on x86 cores
+/// that are not AMD's (detail::intel_streaming_tuning, which tests can override), elsewhere only
+/// under the tests' override. On a 2-core Sapphire Rapids-class VM one core reads 4 sequential
+/// streams prefetched 3 KiB ahead into L1 at 12-16 GB/s and R adjacent rows (one region, R
+/// interleaved positions) with the group-ahead L2 prefetch at 7-11; a standalone loop of the
+/// plain Q4_K row shape (2304-byte rows, 4 rows per group, one body step of 192 bytes per row,
+/// 5 alternated rounds, 1 thread) read 7.4 -> 10.4 GB/s, 6192-byte rows 6.7 -> 9.9, 16 KiB
+/// (f32) rows 6.7 -> 9.6, 2 rows 7.1 -> 8.4, 8 rows 7.2 -> 10.4; the GEMVs in nibble-bench
+/// 1.1-2.1x (docs/kernels.md, "Row streams for the plain layouts").
+/// On AMD cores the group-ahead prefetch already read at the bandwidth (gemv_groups).
+inline bool gemv_row_streams() {
+#if defined(__x86_64__) || defined(__i386__)
+  return detail::intel_streaming_tuning();
+#else
+  return detail::vendor_tuning_override() == 1;
+#endif
+}
+
+/// GEMV over rows [r0, r1) in groups of R rows: K::template run<R, 1>(rows, stride, a, arb,
+/// args..., y, 1, far) computes R rows stride bytes apart into y[0..R).
+///
+/// With gemv_row_streams() (and at least kMinStreamRows rows per stream) the rows are cut into R
+/// equal runs of q rows and group i holds row i of each run (stride q * wrb): each run is read
+/// front to back as one sequential stream, and `far` is kRowStreams (each row prefetches its own
+/// lines a little ahead into L1).
+///
+/// Otherwise a group is R adjacent rows and `far` is the byte distance to a group ahead (0 near
+/// the end) so that the kernel can prefetch that group's rows into L2 while it computes this one:
+/// the rows of a thread then form one continuous DRAM stream (measured: without it, cold GEMV
+/// reads at 0.8 of the bandwidth; with it, at the bandwidth). The group ahead is the next one,
+/// or the first at least kFarMin bytes away when groups are smaller (q2_K: 4 rows of 4096
+/// columns are 5.25 KiB; Zen 5, AVX-512, 4096 x 4096, alternated runs: 1 thread 18-20 -> 30-33
+/// GB/s, 2 threads 31-36 -> 39-49; 8 and 16 KiB measured alike).
+///
+/// Either way the last (r1 - r0) % R rows use smaller groups, so every row goes through the same
+/// body in both schemes (the bodies' results do not depend on a row's place in its group).
 template <class K, int R, class... Args>
 inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                         float* y, const std::uint8_t* a, std::size_t arb, Args... args) {
   constexpr std::size_t kFarMin = 8192;
-  const std::size_t gb = R * wrb;
-  const std::int64_t ahead = gb >= kFarMin ? 1 : static_cast<std::int64_t>((kFarMin + gb - 1) / gb);
+  constexpr std::int64_t kMinStreamRows = 8;
   std::int64_t r = r0;
-  for (; r + R <= r1; r += R) {
-    K::template run<R, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, args..., y + r, 1,
-                          r + (ahead + 1) * R <= r1 ? ahead * gb : 0);
+  const std::int64_t q = (r1 - r0) / R;
+  if (R > 1 && q >= kMinStreamRows && gemv_row_streams()) {
+    const std::size_t stride = static_cast<std::size_t>(q) * wrb;
+    for (std::int64_t i = 0; i < q; ++i) {
+      float t[R];
+      K::template run<R, 1>(w + static_cast<std::size_t>(r0 + i) * wrb, stride, a, arb, args..., t,
+                            1, kRowStreams);
+      for (int k = 0; k < R; ++k) y[r0 + i + k * q] = t[k];
+    }
+    r = r0 + R * q;
+  } else {
+    const std::size_t gb = R * wrb;
+    const std::int64_t ahead =
+        gb >= kFarMin ? 1 : static_cast<std::int64_t>((kFarMin + gb - 1) / gb);
+    for (; r + R <= r1; r += R) {
+      K::template run<R, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, args..., y + r, 1,
+                            r + (ahead + 1) * R <= r1 ? ahead * gb : 0);
+    }
   }
   if (r < r1) {
     tile_dispatch<K, R, 1>(static_cast<int>(r1 - r), 1, w + static_cast<std::size_t>(r) * wrb, wrb,

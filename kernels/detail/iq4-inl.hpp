@@ -200,7 +200,7 @@ struct IQ4XSSimd {
     static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Tag>(0.0f); });
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
-      if (kLinearL2 && far) {
+      if (kLinearL2 && far_group(far)) {
         prefetch_linear(W + kFarGroups * far, R, static_cast<std::size_t>(b) * sizeof(BlockIQ4_XS),
                         sizeof(BlockIQ4_XS));
       }
@@ -209,7 +209,7 @@ struct IQ4XSSimd {
         const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockIQ4_XS);
         for (int o = 0; o < 192; o += 64) {
           if constexpr (kPrefetch > 0) prefetch_l1(x + kPrefetch + o);
-          if (!kLinearL2 && far) prefetch_l2(x + far + o);
+          if (!kLinearL2 || far == kRowStreams) prefetch_far(x + o, far);
         }
         VI32<Tag> sc[kScVecs];
         decode_scales(x, pt, sc);

@@ -218,7 +218,7 @@ struct Q2Simd {
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
       const std::size_t off = static_cast<std::size_t>(b) * sizeof(BlockQ2_K);
-      if (kLinearL2 && far) prefetch_linear(W + far, R, off, sizeof(BlockQ2_K));
+      if (kLinearL2 && far_group(far)) prefetch_linear(W + far, R, off, sizeof(BlockQ2_K));
       VU8<Tag> sm[kSR], sm4[kSR];
       float d[kSR * kH], dm[kSR * kH];
       for (int g = 0; g < kSR; ++g) {
@@ -249,9 +249,9 @@ struct Q2Simd {
         const std::uint8_t* x = W + r * wrb + off;
         prefetch_l1(x + kPrefetch);
         prefetch_l1(x + kPrefetch + 64);
-        if (!kLinearL2 && far) {
-          prefetch_l2(x + far);
-          prefetch_l2(x + far + 64);
+        if (!kLinearL2 || far == kRowStreams) {
+          prefetch_far(x, far);
+          prefetch_far(x + 64, far);
         }
         // scales of the even shifts times 4 (see level)
         const VI8<Tag> sc_odd = as<std::int8_t>(bcast_lane<Tag>(sm[r / kH], r % kH));
@@ -485,7 +485,7 @@ struct Q3Simd {
     constexpr int kSR = (R + kH - 1) / kH;  // scale registers
     for (std::int64_t b = 0; b < nb; ++b) {
       const Prep& a = pa[b];
-      if (kLinearL2 && far) {
+      if (kLinearL2 && far_group(far)) {
         prefetch_linear(W + far, R, static_cast<std::size_t>(b) * sizeof(BlockQ3_K),
                         sizeof(BlockQ3_K));
       }
@@ -502,9 +502,9 @@ struct Q3Simd {
         const std::uint8_t* x = W + r * wrb + static_cast<std::size_t>(b) * sizeof(BlockQ3_K);
         prefetch_l1(x + kPrefetch);
         prefetch_l1(x + kPrefetch + 64);
-        if (!kLinearL2 && far) {
-          prefetch_l2(x + far);
-          prefetch_l2(x + far + 64);
+        if (!kLinearL2 || far == kRowStreams) {
+          prefetch_far(x, far);
+          prefetch_far(x + 64, far);
         }
         const VI8<Tag> sc = as<std::int8_t>(bcast_lane<Tag>(as<std::uint8_t>(s6[r / kH]), r % kH));
         VI32<Tag> isum(0), usum(0);

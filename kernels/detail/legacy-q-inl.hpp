@@ -394,10 +394,10 @@ struct Q32Simd {
       for (int r = 0; r < R; ++r) {
         for (int o = 0; o < kStepBytes; o += 64) {
           prefetch_l1(p + r * wrb + kPrefetch + o);
-          if (!kLinearL2 && far) prefetch_l2(p + r * wrb + far + o);
+          if (!kLinearL2 || far == kRowStreams) prefetch_far(p + r * wrb + o, far);
         }
       }
-      if (kLinearL2 && far) {
+      if (kLinearL2 && far_group(far)) {
         prefetch_linear(W + far, R, static_cast<std::size_t>(g) * kStepBytes, kStepBytes);
       }
       step<R>(p, wrb, pa[g], tbl, acc);

@@ -46,6 +46,8 @@ struct Q45Simd {
   /// cache-resident (L3) rows run at 42 / 40.5 GB/s instead of 46 / 47 (the header lanes and
   /// activation loads are no longer shared). q8_0 (35 against 50 warm) keeps its four rows.
   static constexpr int kGemvRows = kW == 64 ? 1 : kW / 16;
+  /// Rows per GEMV group when they are far-apart streams (gemv_row_streams): four.
+  static constexpr int kStreamRows = 4;
 
   /// One activation block re-laid out for this width: a[2 * v * W ..] holds, for register v of
   /// the weights, the activations of its low nibbles (W bytes) then of its high nibbles; bsp
@@ -69,6 +71,10 @@ struct Q45Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    if (gemv_row_streams())
+      return gemv_groups<Q45Simd, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                               static_cast<const std::uint8_t*>(A), arb, cols / 256,
+                                               cols);
     constexpr int kR = kGemvRows;
     gemv_groups<Q45Simd, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                              static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
@@ -208,8 +214,11 @@ struct Q45Simd {
         // order); none on AVX-512 (kKQuantL1Prefetch).
         if constexpr (kPrefetch > 0)
           for (int o = 0; o < 192; o += 64) prefetch_l1(c + kPrefetch + o);
+        if (far == kRowStreams)
+          for (int o = 0; o < static_cast<int>(sizeof(Block)); o += 64)
+            prefetch_far(reinterpret_cast<const std::uint8_t*>(c) + o, far);
       }
-      if (far)
+      if (far_group(far))
         prefetch_linear(W + far, R, static_cast<std::size_t>(b) * sizeof(Block), sizeof(Block));
       // Scales and mins of the rows, one row per 16-byte lane of kG registers.
       VU8<Tag> sm[kG];

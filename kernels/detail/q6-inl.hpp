@@ -53,6 +53,8 @@ struct Q6Simd {
   /// row against two: cold 4096 x 4096 29 -> 33.6 GB/s on 1 thread, 35 -> 39.4 on 2, warm (L3)
   /// 46.8 -> 44.5.
   static constexpr int kGemvRows = TagInfo<Tag>::family == Family::x86 ? 1 : 2;
+  /// Rows per GEMV group when they are far-apart streams (gemv_row_streams): four.
+  static constexpr int kStreamRows = 4;
   using SD = ScaledDot<Tag>;
   using Init = typename SD::Init;
 
@@ -92,6 +94,10 @@ struct Q6Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    if (gemv_row_streams())
+      return gemv_groups<Q6Simd, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                              static_cast<const std::uint8_t*>(A), arb, cols / 256,
+                                              cols);
     gemv_groups<Q6Simd, kGemvRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                                    static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
   }
@@ -173,7 +179,7 @@ struct Q6Simd {
         const char* c = reinterpret_cast<const char*>(x[r]);
         for (int o = 0; o < 256; o += 64) {
           if constexpr (kPrefetch > 0) prefetch_l1(c + kPrefetch + o);
-          if (far) prefetch_l2(c + far + o);
+          prefetch_far(reinterpret_cast<const std::uint8_t*>(c) + o, far);
         }
         if constexpr (kPerm) {
 #if defined(NIBBLE_K_X86)

@@ -11,6 +11,7 @@
 // match the weight bytes of one register).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -176,6 +177,28 @@ inline constexpr bool kLinearGroupPrefetch = Tag::bytes == 32;
 /// (Q4_0, Q5_0) lost 10-30 % without it on AVX-512: those keep theirs.
 template <class Tag>
 inline constexpr bool kKQuantL1Prefetch = Tag::bytes != 64;
+
+/// gemv_groups' `far` when the R rows of a group are R far-apart streams (gemv_row_streams): each
+/// row then prefetches its own lines kStreamAhead bytes on into L1 instead of the group ahead's
+/// into L2. A body must never add it to a pointer: prefetch_far and far_group tell the cases apart.
+inline constexpr std::size_t kRowStreams = ~std::size_t{0};
+inline constexpr std::size_t kStreamAhead = 3072;
+
+/// A GEMV body's per-row prefetch for the line at p (where the row is now), by gemv_groups' `far`:
+/// nothing for 0; the line kStreamAhead on into L1 for kRowStreams; the group ahead's line (far
+/// bytes on) into L2 otherwise.
+inline void prefetch_far(const std::uint8_t* p, std::size_t far) {
+  if (far == kRowStreams) {
+    prefetch_l1(p + kStreamAhead);
+  } else if (far) {
+    prefetch_l2(p + far);
+  }
+}
+
+/// Whether gemv_groups' `far` is the distance to a group ahead (neither 0 nor kRowStreams).
+inline bool far_group(std::size_t far) {
+  return far != 0 && far != kRowStreams;
+}
 
 /// The L2 prefetch of a group of R rows in address order: while a GEMV body is at byte `off` of
 /// its rows (a step of `step` bytes), the lines of bytes [R * off, R * (off + step)) of the group
