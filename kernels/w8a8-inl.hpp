@@ -86,8 +86,10 @@ struct W8A8Tile {
     }
   }
   /// Writes Y[c * ldy + r] for r < R, c < C; `corr` (C entries or null) is subtracted from each
-  /// sum (the offsets above). GEMV (C == 1), when `far` is non-zero, prefetches the next row group
-  /// into L2 in address order (prefetch_linear; per row it read 5-13 % slower on Zen 5, 1
+  /// sum (the offsets above). The R rows are rs rows apart (W, ws and Y alike; 1: adjacent). GEMV
+  /// (C == 1) with far == kRowStreams (the rows are far-apart streams, gemv_groups) prefetches
+  /// each row's lines kStreamAhead on into L1; with another non-zero `far` it prefetches the next
+  /// row group into L2 in address order (prefetch_linear; per row it read 5-13 % slower on Zen 5, 1
   /// thread): once per 64 bytes of a row, so that every line of the group gets a prefetch. No L1
   /// prefetch on x86: 512 bytes ahead of each row it cost 10-18 % (Zen 5, cold, 1 thread, 3
   /// alternated rounds, 4096 / 11008 columns, GB/s: avx512 30.7 / 29.9 -> 33.9 / 32.8, avx2
@@ -96,8 +98,9 @@ struct W8A8Tile {
   template <int R, int C>
   static void run(const std::int8_t* W, const std::int8_t* A, std::int64_t cols,
                   const std::int32_t* corr, const float* ws, const float* as_, float* Y,
-                  std::int64_t ldy, std::size_t far) {
+                  std::int64_t ldy, std::size_t far, std::int64_t rs) {
     constexpr std::int64_t kPrefetch = TagInfo<Tag>::family == Family::x86 ? 0 : 512;
+    const auto row = [&](int r) { return W + static_cast<std::int64_t>(r) * rs * cols; };
     VI32<Tag> acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = VI32<Tag>(0);
@@ -106,14 +109,18 @@ struct W8A8Tile {
       if constexpr (C == 1) {
         if (k % 64 == 0) {
           if constexpr (kPrefetch > 0)
-            for (int r = 0; r < R; ++r) prefetch_l1(W + r * cols + k + kPrefetch);
-          if (far)
+            for (int r = 0; r < R; ++r) prefetch_l1(row(r) + k + kPrefetch);
+          if (far == kRowStreams) {
+            for (int r = 0; r < R; ++r)
+              prefetch_far(reinterpret_cast<const std::uint8_t*>(row(r) + k), far);
+          } else if (far) {
             prefetch_linear(reinterpret_cast<const std::uint8_t*>(W) + far, R,
                             static_cast<std::size_t>(k), 64);
+          }
         }
       }
       typename D::W w[R];
-      for (int r = 0; r < R; ++r) w[r] = D::prep(loadu<std::int8_t, Tag>(W + r * cols + k));
+      for (int r = 0; r < R; ++r) w[r] = D::prep(loadu<std::int8_t, Tag>(row(r) + k));
       for (int c = 0; c < C; ++c) {
         const VI8<Tag> a = loadu<std::int8_t, Tag>(A + c * cols + k);
         for (int r = 0; r < R; ++r) acc[r][c] = D::dot(acc[r][c], w[r], a);
@@ -124,7 +131,7 @@ struct W8A8Tile {
         const int len = static_cast<int>(cols - k);
         typename D::W w[R];
         for (int r = 0; r < R; ++r)
-          w[r] = D::prep(as<std::int8_t>(load_first<Tag>(W + r * cols + k, len)));
+          w[r] = D::prep(as<std::int8_t>(load_first<Tag>(row(r) + k, len)));
         for (int c = 0; c < C; ++c) {
           const VI8<Tag> a = as<std::int8_t>(load_first<Tag>(A + c * cols + k, len));
           for (int r = 0; r < R; ++r) acc[r][c] = D::dot(acc[r][c], w[r], a);
@@ -136,9 +143,9 @@ struct W8A8Tile {
       for (int c = 0; c < C; ++c) {
         std::uint32_t s = xsimd::hadd(as<std::uint32_t>(acc[r][c]));  // modulo 2^32
         if (k < cols)
-          s += static_cast<std::uint32_t>(w8a8_dot_scalar(W + r * cols, A + c * cols, k, cols));
+          s += static_cast<std::uint32_t>(w8a8_dot_scalar(row(r), A + c * cols, k, cols));
         if (corr != nullptr) s -= static_cast<std::uint32_t>(corr[c]);
-        Y[c * ldy + r] = w8a8_out(static_cast<std::int32_t>(s), ws[r], as_[c]);
+        Y[c * ldy + r * rs] = w8a8_out(static_cast<std::int32_t>(s), ws[r * rs], as_[c]);
       }
     }
   }
@@ -166,7 +173,20 @@ void w8a8_gemm_simd(const std::int8_t* W, const float* w_scale, std::int64_t r0,
       for (std::int64_t j = 0; j < nb; ++j) corr[j] = K::offset(Ab + j * cols, cols);
       cp = corr;
     }
-    walk_tiles<R, C, R1>(r0, r1, nb, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
+    std::int64_t rs0 = r0;  // first row of walk_tiles (after the row streams)
+    if (nb == 1 && gemv_row_streams()) {
+      // Row streams (gemv_groups): group i is row i of kStreams equal runs of q rows.
+      constexpr int kStreams = 4;
+      const std::int64_t q = (r1 - r0) / kStreams;
+      if (q >= 8) {
+        for (std::int64_t i = 0; i < q; ++i) {
+          K::template run<kStreams, 1>(W + (r0 + i) * cols, Ab, cols, cp, w_scale + r0 + i,
+                                       a_scale + cb, Y + cb * ldy + r0 + i, ldy, kRowStreams, q);
+        }
+        rs0 = r0 + kStreams * q;
+      }
+    }
+    walk_tiles<R, C, R1>(rs0, r1, nb, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
       const std::int8_t* wr = W + r * cols;
       const std::int8_t* ac = Ab + c * cols;
       const std::int32_t* co = cp != nullptr ? cp + c : nullptr;
@@ -176,10 +196,10 @@ void w8a8_gemm_simd(const std::int8_t* W, const float* w_scale, std::int64_t r0,
         const std::size_t far =
             r + 2 * R1 <= r1 ? static_cast<std::size_t>(R1 * cols) : std::size_t{0};
         tile_dispatch<K, R1, 1>(rr, cc, wr, ac, cols, co, w_scale + r, a_scale + cb + c, y, ldy,
-                                far);
+                                far, std::int64_t{1});
       } else {
         tile_dispatch<K, R, C>(rr, cc, wr, ac, cols, co, w_scale + r, a_scale + cb + c, y, ldy,
-                               std::size_t{0});
+                               std::size_t{0}, std::int64_t{1});
       }
     });
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "nibble/core/cpu.hpp"
 #include "nibble/quant/smoothquant.hpp"
 #include "nibble/quant/w8a8.hpp"
 
@@ -121,6 +122,18 @@ TEST_P(W8A8Kernels, MatchesIntegerReferenceAndScalar) {
           const std::int64_t a = rows / 3, b = rows / 3 + rows / 2;
           const auto split = run_kernel(fn, W, ws, rows, cols, A, as, n, ldy, {a, b});
           nt::expect_bitwise_equal(split, ref, what + " split rows");
+        }
+        if (n == 1) {
+          // Both vendor tunings of the GEMV: adjacent row groups, and far-apart row streams
+          // (33 rows: eight per stream and one tail row; 256: 64 per stream).
+          struct Restore {
+            ~Restore() { nibble::detail::set_vendor_tuning_override(-1); }
+          } restore;
+          for (int tuning : {0, 1}) {
+            nibble::detail::set_vendor_tuning_override(tuning);
+            const auto t = run_kernel(fn, W, ws, rows, cols, A, as, n, ldy);
+            nt::expect_bitwise_equal(t, ref, what + " tuning " + std::to_string(tuning));
+          }
         }
         if (HasFailure()) return;
       }
