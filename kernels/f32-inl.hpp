@@ -204,13 +204,12 @@ struct FloatGemv {
         return gemv_groups<FloatGemv, 4>(w, wrb, r0, r1, Y, a, arb, cols);
       }
     }
-    // Row streams (gemv_row_streams): four far-apart rows on 64-byte tags, two on 32-byte tags
+    // Row streams (gemv_groups): four far-apart rows on 64-byte tags, two on 32-byte tags
     // (their 16 registers hold two rows' kU sums beside the activations and the weights).
-    if (gemv_row_streams()) {
-      return gemv_groups<FloatGemv, kStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
+    if (cols * 4 <= kOneRowX) {
+      return gemv_groups<FloatGemv, 1, kStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
     }
-    if (cols * 4 <= kOneRowX) return gemv_groups<FloatGemv, 1>(w, wrb, r0, r1, Y, a, arb, cols);
-    gemv_groups<FloatGemv, 2>(w, wrb, r0, r1, Y, a, arb, cols);
+    gemv_groups<FloatGemv, 2, kStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
   }
 
   /// Whether the GEMV takes the streaming scheme measured on AMD cores (decided once per process

@@ -173,19 +173,15 @@ void w8a8_gemm_simd(const std::int8_t* W, const float* w_scale, std::int64_t r0,
       for (std::int64_t j = 0; j < nb; ++j) corr[j] = K::offset(Ab + j * cols, cols);
       cp = corr;
     }
-    std::int64_t rs0 = r0;  // first row of walk_tiles (after the row streams)
-    if (nb == 1 && gemv_row_streams()) {
-      // Row streams (gemv_groups): group i is row i of kStreams equal runs of q rows.
-      constexpr int kStreams = 4;
-      const std::int64_t q = (r1 - r0) / kStreams;
-      if (q >= 8) {
-        for (std::int64_t i = 0; i < q; ++i) {
-          K::template run<kStreams, 1>(W + (r0 + i) * cols, Ab, cols, cp, w_scale + r0 + i,
-                                       a_scale + cb, Y + cb * ldy + r0 + i, ldy, kRowStreams, q);
-        }
-        rs0 = r0 + kStreams * q;
-      }
+    // Row streams (gemv_groups): group i is row i of kStreams equal runs of q rows; the rows
+    // after them go through walk_tiles from rs0.
+    constexpr int kStreams = 4;
+    const std::int64_t q = nb == 1 ? row_stream_runs<kStreams>(r1 - r0) : 0;
+    for (std::int64_t i = 0; i < q; ++i) {
+      K::template run<kStreams, 1>(W + (r0 + i) * cols, Ab, cols, cp, w_scale + r0 + i,
+                                   a_scale + cb, Y + cb * ldy + r0 + i, ldy, kRowStreams, q);
     }
+    const std::int64_t rs0 = r0 + kStreams * q;
     walk_tiles<R, C, R1>(rs0, r1, nb, [&](std::int64_t r, std::int64_t c, int rr, int cc) {
       const std::int8_t* wr = W + r * cols;
       const std::int8_t* ac = Ab + c * cols;

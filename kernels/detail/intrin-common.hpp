@@ -159,13 +159,23 @@ inline bool gemv_row_streams() {
 #endif
 }
 
-/// GEMV over rows [r0, r1) in groups of R rows: K::template run<R, 1>(rows, stride, a, arb,
-/// args..., y, 1, far) computes R rows stride bytes apart into y[0..R).
+/// Rows per run when n rows are read as RS far-apart row streams (gemv_row_streams), or 0 when
+/// they are not: RS == 1, another vendor's tuning, or fewer than 8 rows per run. The first
+/// RS * runs rows then go as groups of RS rows, group i holding row i of every run.
+template <int RS>
+inline std::int64_t row_stream_runs(std::int64_t n) {
+  constexpr std::int64_t kMinStreamRows = 8;
+  const std::int64_t q = n / RS;
+  return RS > 1 && q >= kMinStreamRows && gemv_row_streams() ? q : 0;
+}
+
+/// GEMV over rows [r0, r1) in groups of rows: K::template run<G, 1>(rows, stride, a, arb,
+/// args..., y, 1, far) computes G rows stride bytes apart into y[0..G).
 ///
-/// With gemv_row_streams() (and at least kMinStreamRows rows per stream) the rows are cut into R
-/// equal runs of q rows and group i holds row i of each run (stride q * wrb): each run is read
-/// front to back as one sequential stream, and `far` is kRowStreams (each row prefetches its own
-/// lines a little ahead into L1).
+/// Under row streams (row_stream_runs<RS>, RS rows per group: a format whose adjacent groups are
+/// small passes a larger RS) the rows are cut into RS equal runs of q rows and group i holds row
+/// i of each run (stride q * wrb): each run is read front to back as one sequential stream, and
+/// `far` is kRowStreams (each row prefetches its own lines a little ahead into L1).
 ///
 /// Otherwise a group is R adjacent rows and `far` is the byte distance to a group ahead (0 near
 /// the end) so that the kernel can prefetch that group's rows into L2 while it computes this one:
@@ -175,32 +185,34 @@ inline bool gemv_row_streams() {
 /// columns are 5.25 KiB; Zen 5, AVX-512, 4096 x 4096, alternated runs: 1 thread 18-20 -> 30-33
 /// GB/s, 2 threads 31-36 -> 39-49; 8 and 16 KiB measured alike).
 ///
-/// Either way the last (r1 - r0) % R rows use smaller groups, so every row goes through the same
-/// body in both schemes (the bodies' results do not depend on a row's place in its group).
-template <class K, int R, class... Args>
+/// Either way the last rows that do not fill a group use smaller groups, so every row goes
+/// through the same body in both schemes (the bodies' results do not depend on a row's place in
+/// its group or on the group size).
+template <class K, int R, int RS = R, class... Args>
 inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                         float* y, const std::uint8_t* a, std::size_t arb, Args... args) {
-  constexpr std::size_t kFarMin = 8192;
-  constexpr std::int64_t kMinStreamRows = 8;
-  std::int64_t r = r0;
-  const std::int64_t q = (r1 - r0) / R;
-  if (R > 1 && q >= kMinStreamRows && gemv_row_streams()) {
+  if (const std::int64_t q = row_stream_runs<RS>(r1 - r0)) {
     const std::size_t stride = static_cast<std::size_t>(q) * wrb;
     for (std::int64_t i = 0; i < q; ++i) {
-      float t[R];
-      K::template run<R, 1>(w + static_cast<std::size_t>(r0 + i) * wrb, stride, a, arb, args..., t,
-                            1, kRowStreams);
-      for (int k = 0; k < R; ++k) y[r0 + i + k * q] = t[k];
+      float t[RS];
+      K::template run<RS, 1>(w + static_cast<std::size_t>(r0 + i) * wrb, stride, a, arb, args..., t,
+                             1, kRowStreams);
+      for (int k = 0; k < RS; ++k) y[r0 + i + k * q] = t[k];
     }
-    r = r0 + R * q;
-  } else {
-    const std::size_t gb = R * wrb;
-    const std::int64_t ahead =
-        gb >= kFarMin ? 1 : static_cast<std::int64_t>((kFarMin + gb - 1) / gb);
-    for (; r + R <= r1; r += R) {
-      K::template run<R, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, args..., y + r, 1,
-                            r + (ahead + 1) * R <= r1 ? ahead * gb : 0);
+    const std::int64_t r = r0 + RS * q;
+    if (r < r1) {
+      tile_dispatch<K, RS, 1>(static_cast<int>(r1 - r), 1, w + static_cast<std::size_t>(r) * wrb,
+                              wrb, a, arb, args..., y + r, std::int64_t{1});
     }
+    return;
+  }
+  constexpr std::size_t kFarMin = 8192;
+  const std::size_t gb = R * wrb;
+  const std::int64_t ahead = gb >= kFarMin ? 1 : static_cast<std::int64_t>((kFarMin + gb - 1) / gb);
+  std::int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    K::template run<R, 1>(w + static_cast<std::size_t>(r) * wrb, wrb, a, arb, args..., y + r, 1,
+                          r + (ahead + 1) * R <= r1 ? ahead * gb : 0);
   }
   if (r < r1) {
     tile_dispatch<K, R, 1>(static_cast<int>(r1 - r), 1, w + static_cast<std::size_t>(r) * wrb, wrb,

@@ -71,13 +71,9 @@ struct Q45Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
-    if (gemv_row_streams())
-      return gemv_groups<Q45Simd, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                                               static_cast<const std::uint8_t*>(A), arb, cols / 256,
-                                               cols);
-    constexpr int kR = kGemvRows;
-    gemv_groups<Q45Simd, kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                             static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
+    gemv_groups<Q45Simd, kGemvRows, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1,
+                                                 Y, static_cast<const std::uint8_t*>(A), arb,
+                                                 cols / 256, cols);
   }
 
   static void relayout(const void* src, std::int64_t cols, void* dst) {

@@ -94,12 +94,9 @@ struct Q6Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
-    if (gemv_row_streams())
-      return gemv_groups<Q6Simd, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                                              static_cast<const std::uint8_t*>(A), arb, cols / 256,
-                                              cols);
-    gemv_groups<Q6Simd, kGemvRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                                   static_cast<const std::uint8_t*>(A), arb, cols / 256, cols);
+    gemv_groups<Q6Simd, kGemvRows, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                                static_cast<const std::uint8_t*>(A), arb,
+                                                cols / 256, cols);
   }
 
   /// The levels (0..63) of register v of half h: lo of the low nibbles, hi of the high ones.
