@@ -5,7 +5,11 @@
 # The tests' coverage guard (NIBBLE_EXPECT_ISAS) and Dispatch.ExpectedBestIsa
 # (NIBBLE_EXPECT_BEST) assert which kernel variants ran and which ISA dispatch picked.
 #
-# usage: tests/cross/run_neon.sh BUILD_DIR        (env: JOBS=2, TESTS="test_a test_b")
+# usage: tests/cross/run_neon.sh BUILD_DIR
+#   env: JOBS=2, TESTS="test_a test_b" (default: test_dispatch test_kernels_*), TESTS_A53 (the
+#   tests run on cortex-a53, default TESTS; -cpu max runs TESTS)
+# Before the runs, check_isa_encodings.py checks that no object of the library but the neondot
+# kernels holds a dot-product instruction (which a cortex-a53 lacks), in all of its code.
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -39,9 +43,21 @@ if [ -z "${TESTS:-}" ]; then
   TESTS="test_dispatch"
   for f in "$SRC"/tests/test_kernels_*.cpp; do TESTS="$TESTS $(basename "$f" .cpp)"; done
 fi
+TESTS_A53="${TESTS_A53:-$TESTS}"
+for t in $TESTS_A53; do
+  case " $TESTS " in *" $t "*) ;; *) echo "TESTS_A53: $t is not in TESTS" >&2; exit 2 ;; esac
+done
 # shellcheck disable=SC2086
 cmake --build "$BUILD/nibble" --target $TESTS -j"$JOBS"
 echo "== built $TESTS [$(($(date +%s) - t0)) s]"
+enc="$BUILD/isa-encodings.txt"
+if ! python3 "$SRC/tests/check_isa_encodings.py" aarch64-linux-gnu-objdump aarch64 \
+    "$BUILD/nibble/libnibble.a" > "$enc"; then
+  grep "^FAIL" "$enc"
+  exit 1
+fi
+grep "neon" "$enc"
+echo "== dot-product instructions only in the neondot kernels [$(($(date +%s) - t0)) s]"
 
 # 3. Run under qemu with and without dotprod.
 # Every (cpu, test) pair is one job, JOBS at a time (each job's output is printed when it ends).
@@ -69,7 +85,7 @@ scalar_pick() {
   fi
 }
 for t in $TESTS; do bg_job "$t.max" one max neon,neondot "$t"; done
-for t in $TESTS; do bg_job "$t.a53" one cortex-a53 neon "$t"; done
+for t in $TESTS_A53; do bg_job "$t.a53" one cortex-a53 neon "$t"; done
 bg_job scalar_pick scalar_pick
 fail=0
 bg_wait || fail=1
