@@ -426,6 +426,67 @@ struct Nf4IntGemv {
   }
 };
 
+/// Nf4IntGemv on 64-byte registers, for the AVX-512 tags on the cores that read rows as streams
+/// (gemv_row_streams: Intel's). There vpermw looks up 32 entries of a 512-bit register at the
+/// rate it looks up 16 of a 256-bit one (one per cycle, port 5; measured on this Sapphire
+/// Rapids-class VM, which also issues pshufb / punpck on 256 bits twice per cycle and on 512 bits
+/// once), and the four 256-bit vpermw per block were the body's bottleneck: NF4 read 8-10 GB/s
+/// from L2, below the ~12 GB/s of DRAM. A block's 32 code bytes are broadcast to both halves of
+/// one register; shifting its 16-bit lanes by 0 | 4 and 8 | 12 bits indexes the two vpermw that
+/// give Nf4IntGemv's lookup vectors 0 | 1 and 2 | 3, which meet the same activations (the same
+/// relayout, read as two 64-byte vectors). The two halves of the int32 sums are added before the
+/// conversion to float: the sums are the integers of the 256-bit body and every float operation
+/// after them is the same, so the results are bit-identical to Nf4IntGemv<Ymm<Tag>>'s (AMD
+/// cores keep that one: on Zen 4 the 256-bit form measured faster).
+template <class Tag, bool Fp4>
+struct Nf4IntGemvZ {
+  static_assert(Tag::bytes == 64, "the body is laid out for 64-byte vectors");
+  using Y = Ymm<Tag>;
+  using G = Nf4IntGemv<Y, Fp4>;  ///< the activations' layout and the reference of the results
+  static constexpr int kR = G::kR;
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Yr, std::int64_t,
+                  std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    const Table16I16<Tag> tab(G::Book::kTable.v);
+    const auto* xq = reinterpret_cast<const std::int16_t*>(A + G::q_offset(cols));
+    const auto* dq = reinterpret_cast<const float*>(A + G::d_offset(cols));
+    VF<Y> acc[R];
+    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Y>(0.0f); });
+    for (std::int64_t g = 0; g < nb; g += G::kG, dq += G::kLanesF) {
+      const std::int64_t ge = std::min<std::int64_t>(g + G::kG, nb);
+      VF<Y> ag[R];
+      static_for<R>([&](auto rc) { ag[decltype(rc)::value] = VF<Y>(0.0f); });
+      for (std::int64_t b = g; b < ge; ++b, xq += 64) {
+        const VI16<Tag> x01 = VI16<Tag>::load_unaligned(xq);
+        const VI16<Tag> x23 = VI16<Tag>::load_unaligned(xq + 32);
+        const std::uint8_t* blk0 = W + static_cast<std::size_t>(b) * kNf4Bytes;
+        static_for<R>([&](auto rc) {
+          constexpr int r = decltype(rc)::value;
+          const std::uint8_t* blk = blk0 + r * wrb;
+          prefetch_far(blk, far);
+          const VU16<Tag> c = as<std::uint16_t>(load_twice<Tag>(blk + 4));
+          const VI16<Tag> w01 = tab.lookup(shr_halves<Tag>(c, 0, 4));
+          const VI16<Tag> w23 = tab.lookup(shr_halves<Tag>(c, 8, 12));
+          const VI32<Tag> s = madd_acc_i16<Tag>(madd_i16<Tag>(w01, x01), w23, x23);
+          ag[r] = fmadd<Y>(xsimd::to_float(add_halves_i32<Tag>(s)), VF<Y>(ld_f32(blk)), ag[r]);
+        });
+      }
+      const VF<Y> dg = VF<Y>::load_unaligned(dq);
+      static_for<R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        acc[r] = fmadd<Y>(ag[r], dg, acc[r]);
+      });
+    }
+    static_for<R>([&](auto rc) {
+      constexpr int r = decltype(rc)::value;
+      Yr[r] = xsimd::hadd(acc[r]) / G::Book::kScale;
+    });
+  }
+};
+
 /// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
 /// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
 /// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.
@@ -438,6 +499,13 @@ struct Nf4X86 {
     if (n != 1) {
       return float_gemm<Tag, Nf4Src<Tag, Fp4>, Nf4TileShape<Tag>>(W, wrb, r0, r1, cols, A, arb, n,
                                                                   Y, ldy);
+    }
+    if constexpr (Tag::bytes == 64) {
+      if (gemv_row_streams()) {
+        using GZ = Nf4IntGemvZ<Tag, Fp4>;
+        return gemv_groups<GZ, GZ::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                       static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
+      }
     }
     gemv_groups<G, G::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                           static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);

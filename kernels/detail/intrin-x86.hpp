@@ -678,6 +678,18 @@ inline VU16<Tag> shr_halves(const VU16<Tag>& v, int a, int b) {
   }
 }
 
+/// The lower and upper halves of a 64-byte int32 register added lane by lane: lane i of the
+/// 32-byte result = v[i] + v[i + 8].
+template <class Tag>
+inline VI32<Ymm<Tag>> add_halves_i32(const VI32<Tag>& v) {
+  static_assert(Tag::bytes == 64, "64-byte registers only");
+#if defined(__AVX512F__)
+  const __m512i x = v;
+  return VI32<Ymm<Tag>>(
+      _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1)));
+#endif
+}
+
 /// In-register transpose of Tag::bytes / 4 vectors of int32: afterwards r[k] lane i = the old
 /// r[i] lane k (8 x 8 on AVX2, 16 x 16 on AVX-512).
 template <class Tag>
