@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -381,11 +382,39 @@ struct Nf4IntGemv {
     }
   }
 
+  /// The int32 sums of one block's 64 products (8 lanes, each a sum of 8 products; run converts
+  /// them to float): the 4 lookup vectors of the block's codes against the block's 4 activation
+  /// vectors. Nf4IntGemvZ has a 64-byte form with the same sums.
+  struct BlockDot {
+    Table16I16<Tag> tab{Book::kTable.v};
+    using X = std::array<VI16<Tag>, 4>;
+    static NIBBLE_K_INLINE X load_x(const std::int16_t* xq) {
+      return {VI16<Tag>::load_unaligned(xq), VI16<Tag>::load_unaligned(xq + 16),
+              VI16<Tag>::load_unaligned(xq + 32), VI16<Tag>::load_unaligned(xq + 48)};
+    }
+    NIBBLE_K_INLINE VI32<Tag> operator()(const std::uint8_t* codes, const X& x) const {
+      VI16<Tag> w[4];
+      lookup(tab, codes, w);
+      VI32<Tag> s = madd_i16<Tag>(w[0], x[0]);
+      for (int v = 1; v < 4; ++v) s = madd_acc_i16<Tag>(s, w[v], x[v]);
+      return s;
+    }
+  };
+
   template <int R, int C>
-  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
-                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t ldy,
+                  std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    const Table16I16<Tag> tab(Book::kTable.v);
+    run_rows<BlockDot, R>(W, wrb, A, arb, nb, cols, Y, ldy, far);
+  }
+
+  /// The GEMV of R rows with D's block sums (BlockDot, or Nf4IntGemvZ's 64-byte form of it).
+  template <class D, int R>
+  static void run_rows(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                       std::int64_t nb, std::int64_t cols, float* Y, std::int64_t,
+                       std::size_t far) {
+    const D dot;
     const auto* xq = reinterpret_cast<const std::int16_t*>(A + q_offset(cols));
     const auto* dq = reinterpret_cast<const float*>(A + d_offset(cols));
     // Accumulators indexed by constants only (static_for), so that they stay in registers.
@@ -396,8 +425,7 @@ struct Nf4IntGemv {
       VF<Tag> ag[R];  // this group's sum of absmax * (int16 dot)
       static_for<R>([&](auto rc) { ag[decltype(rc)::value] = VF<Tag>(0.0f); });
       for (std::int64_t b = g; b < ge; ++b, xq += 64) {
-        VI16<Tag> x[4];
-        for (int v = 0; v < 4; ++v) x[v] = VI16<Tag>::load_unaligned(xq + 16 * v);
+        const typename D::X x = D::load_x(xq);
         const std::uint8_t* blk0 = W + static_cast<std::size_t>(b) * kNf4Bytes;
         static_for<R>([&](auto rc) {
           constexpr int r = decltype(rc)::value;
@@ -406,11 +434,7 @@ struct Nf4IntGemv {
           // every other block (a row then advances 72 bytes, more than a line) measured 14 GB/s
           // against 20 cold, and an L1 prefetch of this row gained nothing.
           prefetch_far(blk, far);
-          VI16<Tag> w[4];
-          lookup(tab, blk + 4, w);
-          VI32<Tag> s = madd_i16<Tag>(w[0], x[0]);
-          for (int v = 1; v < 4; ++v) s = madd_acc_i16<Tag>(s, w[v], x[v]);
-          ag[r] = fmadd<Tag>(xsimd::to_float(s), VF<Tag>(ld_f32(blk)), ag[r]);
+          ag[r] = fmadd<Tag>(xsimd::to_float(dot(blk + 4, x)), VF<Tag>(ld_f32(blk)), ag[r]);
         });
       }
       const VF<Tag> dg = VF<Tag>::load_unaligned(dq);  // d, repeated (a vector load)
@@ -440,50 +464,32 @@ struct Nf4IntGemv {
 /// cores keep that one: on Zen 4 the 256-bit form measured faster).
 template <class Tag, bool Fp4>
 struct Nf4IntGemvZ {
-  static_assert(Tag::bytes == 64, "the body is laid out for 64-byte vectors");
-  using Y = Ymm<Tag>;
-  using G = Nf4IntGemv<Y, Fp4>;  ///< the activations' layout and the reference of the results
+  static_assert(Tag::bytes == 64, "the dot is laid out for 64-byte vectors");
+  using G = Nf4IntGemv<Ymm<Tag>, Fp4>;  ///< the loop, the activations' layout, the results
   static constexpr int kR = G::kR;
 
+  /// G::BlockDot's sums from 64-byte registers: lookup vectors 0 | 1 and 2 | 3 of the codes
+  /// broadcast to both halves, against activation vectors 0 | 1 and 2 | 3.
+  struct BlockDot {
+    Table16I16<Tag> tab{G::Book::kTable.v};
+    using X = std::array<VI16<Tag>, 2>;
+    static NIBBLE_K_INLINE X load_x(const std::int16_t* xq) {
+      return {VI16<Tag>::load_unaligned(xq), VI16<Tag>::load_unaligned(xq + 32)};
+    }
+    NIBBLE_K_INLINE VI32<Ymm<Tag>> operator()(const std::uint8_t* codes, const X& x) const {
+      const VU16<Tag> c = as<std::uint16_t>(load_twice<Tag>(codes));
+      const VI16<Tag> w01 = tab.lookup(shr_halves<Tag>(c, 0, 4));
+      const VI16<Tag> w23 = tab.lookup(shr_halves<Tag>(c, 8, 12));
+      return add_halves_i32<Tag>(madd_acc_i16<Tag>(madd_i16<Tag>(w01, x[0]), w23, x[1]));
+    }
+  };
+
   template <int R, int C>
-  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
-                  std::int64_t nb, std::int64_t cols, float* Yr, std::int64_t,
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t ldy,
                   std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
-    const Table16I16<Tag> tab(G::Book::kTable.v);
-    const auto* xq = reinterpret_cast<const std::int16_t*>(A + G::q_offset(cols));
-    const auto* dq = reinterpret_cast<const float*>(A + G::d_offset(cols));
-    VF<Y> acc[R];
-    static_for<R>([&](auto rc) { acc[decltype(rc)::value] = VF<Y>(0.0f); });
-    for (std::int64_t g = 0; g < nb; g += G::kG, dq += G::kLanesF) {
-      const std::int64_t ge = std::min<std::int64_t>(g + G::kG, nb);
-      VF<Y> ag[R];
-      static_for<R>([&](auto rc) { ag[decltype(rc)::value] = VF<Y>(0.0f); });
-      for (std::int64_t b = g; b < ge; ++b, xq += 64) {
-        const VI16<Tag> x01 = VI16<Tag>::load_unaligned(xq);
-        const VI16<Tag> x23 = VI16<Tag>::load_unaligned(xq + 32);
-        const std::uint8_t* blk0 = W + static_cast<std::size_t>(b) * kNf4Bytes;
-        static_for<R>([&](auto rc) {
-          constexpr int r = decltype(rc)::value;
-          const std::uint8_t* blk = blk0 + r * wrb;
-          prefetch_far(blk, far);
-          const VU16<Tag> c = as<std::uint16_t>(load_twice<Tag>(blk + 4));
-          const VI16<Tag> w01 = tab.lookup(shr_halves<Tag>(c, 0, 4));
-          const VI16<Tag> w23 = tab.lookup(shr_halves<Tag>(c, 8, 12));
-          const VI32<Tag> s = madd_acc_i16<Tag>(madd_i16<Tag>(w01, x01), w23, x23);
-          ag[r] = fmadd<Y>(xsimd::to_float(add_halves_i32<Tag>(s)), VF<Y>(ld_f32(blk)), ag[r]);
-        });
-      }
-      const VF<Y> dg = VF<Y>::load_unaligned(dq);
-      static_for<R>([&](auto rc) {
-        constexpr int r = decltype(rc)::value;
-        acc[r] = fmadd<Y>(ag[r], dg, acc[r]);
-      });
-    }
-    static_for<R>([&](auto rc) {
-      constexpr int r = decltype(rc)::value;
-      Yr[r] = xsimd::hadd(acc[r]) / G::Book::kScale;
-    });
+    G::template run_rows<BlockDot, R>(W, wrb, A, arb, nb, cols, Y, ldy, far);
   }
 };
 
