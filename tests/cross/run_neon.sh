@@ -7,7 +7,7 @@
 #
 # usage: tests/cross/run_neon.sh BUILD_DIR
 #   env: JOBS=2, TESTS="test_a test_b" (default: test_dispatch test_kernels_*), TESTS_A53 (the
-#   tests run on cortex-a53, default TESTS; -cpu max runs TESTS)
+#   tests run on cortex-a53, a subset of TESTS, default TESTS; -cpu max runs TESTS)
 # Before the runs, check_isa_encodings.py checks that no object of the library but the neondot
 # kernels holds a dot-product instruction (which a cortex-a53 lacks), in all of its code.
 set -euo pipefail
@@ -44,9 +44,6 @@ if [ -z "${TESTS:-}" ]; then
   for f in "$SRC"/tests/test_kernels_*.cpp; do TESTS="$TESTS $(basename "$f" .cpp)"; done
 fi
 TESTS_A53="${TESTS_A53:-$TESTS}"
-for t in $TESTS_A53; do
-  case " $TESTS " in *" $t "*) ;; *) echo "TESTS_A53: $t is not in TESTS" >&2; exit 2 ;; esac
-done
 # shellcheck disable=SC2086
 cmake --build "$BUILD/nibble" --target $TESTS -j"$JOBS"
 echo "== built $TESTS [$(($(date +%s) - t0)) s]"

@@ -9,7 +9,7 @@
 #   BUILD_DIR: a native x86-64 build directory (configured and built here if needed).
 #   env: JOBS=2 (tests run at a time), TESTS="test_a test_b" (default: test_dispatch test_api
 #   test_kernels_*; list the longest first, they are started in that order), TESTS_HASWELL (the
-#   tests run as Haswell, default TESTS; Nehalem runs TESTS)
+#   tests run as Haswell, a subset of TESTS, default TESTS; Nehalem runs TESTS)
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,11 +26,8 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DNIBBLE_WERROR=ON \
     -DNIBBLE_BUILD_BENCH=OFF > /dev/null
 fi
-# shellcheck disable=SC2086
 TESTS_HASWELL="${TESTS_HASWELL:-$TESTS}"
-for t in $TESTS_HASWELL; do
-  case " $TESTS " in *" $t "*) ;; *) echo "TESTS_HASWELL: $t is not in TESTS" >&2; exit 2 ;; esac
-done
+# shellcheck disable=SC2086
 cmake --build "$BUILD" --target $TESTS -j"$JOBS"
 echo "== built $TESTS [$(($(date +%s) - t0)) s]"
 
