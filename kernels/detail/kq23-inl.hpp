@@ -523,14 +523,15 @@ struct Q3Simd {
             constexpr int s = decltype(sc_)::value;
             const VU8<Tag> q2 =
                 s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
+#if defined(NIBBLE_K_X86)
             if constexpr (kW == 64) {
               // vptestmb + masked add (2 operations, one of them on port 5) instead of the
               // 16-bit shift, & 4 and | (the shift on port 0, which the level shifts load):
-              // 1.08x on the AVX-512 VNNI body (docs/kernels.md, "Q3_K's high bit on AVX-512")
+              // 1.03-1.08x on the AVX-512 VNNI body (docs/kernels.md, "Q3_K's high bit on AVX-512")
               return add_where<Tag>(q2, hm, loadu<std::uint8_t, Tag>(pt.hsel[v][s]), 4);
-            } else {
-              return q2 | high_bit<v, s>(hm);
             }
+#endif
+            return q2 | high_bit<v, s>(hm);
           };
           auto act = [&](int s) { return loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW); };
           auto init = [&](int s) { return loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW); };
