@@ -331,7 +331,8 @@ void kq23_dequant(const void* src, std::int64_t n, float* y) {
         if constexpr (Q3) {
           // value = level - 4, the level's bit 2 from hmask (see Q3Simd::run)
           const VU8<Tag> hm = Q3Simd<Tag>::hmask(x, vi);
-          u = as<std::uint8_t>(as<std::int8_t>(u | Q3Simd<Tag>::template high_bit<vi, s>(hm)) -
+          u = as<std::uint8_t>(as<std::int8_t>(Q3Simd<Tag>::template make_level<vi, s>(
+                                   u, hm, Q3Simd<Tag>::patterns())) -
                                VI8<Tag>(static_cast<std::int8_t>(4)));
         }
         alignas(64) std::int8_t t[kW];
@@ -464,6 +465,23 @@ struct Q3Simd {
     return as<std::uint8_t>(t) & VU8<Tag>(static_cast<std::uint8_t>(4));
   }
 
+  /// The 3-bit level (0..7) of register v at shift s: its low two bits q2 (0..3) plus the high bit
+  /// from hm (hmask(x, v)). The GEMV and the dequantizer both build levels here.
+  template <int v, int s>
+  static VU8<Tag> make_level(const VU8<Tag>& q2, const VU8<Tag>& hm, const Patterns& pt) {
+#if defined(NIBBLE_K_X86)
+    if constexpr (kW == 64) {
+      // vptestmb + masked add (2 operations, one of them on port 5) instead of the 16-bit
+      // shift, & 4 and | (the shift on port 0, which the level shifts load): 1.03-1.08x on the
+      // AVX-512 VNNI GEMV body on a Sapphire Rapids-class core, 0.95-1.03x (no change) on Zen 5
+      // (docs/kernels.md, "Q3_K's high bit on AVX-512")
+      return add_where<Tag>(q2, hm, loadu<std::uint8_t, Tag>(pt.hsel[v][s]), 4);
+    }
+#endif
+    (void)pt;
+    return q2 | high_bit<v, s>(hm);
+  }
+
   /// The 16 6-bit scales (unsigned, 0..63) of a block whose bytes 94..109 are in a 16-byte lane
   /// of s (the 12 scale bytes at lane bytes 2..13), in that lane; one block per lane.
   static VI8<Tag> scales6(const VI8<Tag>& s, const Patterns& pt) {
@@ -523,15 +541,7 @@ struct Q3Simd {
             constexpr int s = decltype(sc_)::value;
             const VU8<Tag> q2 =
                 s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
-#if defined(NIBBLE_K_X86)
-            if constexpr (kW == 64) {
-              // vptestmb + masked add (2 operations, one of them on port 5) instead of the
-              // 16-bit shift, & 4 and | (the shift on port 0, which the level shifts load):
-              // 1.03-1.08x on the AVX-512 VNNI body (docs/kernels.md, "Q3_K's high bit on AVX-512")
-              return add_where<Tag>(q2, hm, loadu<std::uint8_t, Tag>(pt.hsel[v][s]), 4);
-            }
-#endif
-            return q2 | high_bit<v, s>(hm);
+            return make_level<v, s>(q2, hm, pt);
           };
           auto act = [&](int s) { return loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW); };
           auto init = [&](int s) { return loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW); };
