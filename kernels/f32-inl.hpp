@@ -161,9 +161,10 @@ enum class FloatElem { f32, f16, bf16 };
 /// scalar code. Within a scheme a row's operations do not depend on the group size, so neither do
 /// the results (four_streams() says where the schemes differ).
 ///
-/// On other x86 cores (gemv_row_streams: Intel's) a group is kStreamRows rows from as many
-/// far-apart runs, each run one sequential stream prefetched into L1 (docs/kernels.md, "Row
-/// streams for the plain layouts"). Elsewhere (Arm) the group size is as follows.
+/// On other x86 cores (Intel's) a group is kStreamRows rows from as many far-apart runs
+/// (gemv_row_streams), each run one sequential stream prefetched into L1 (docs/kernels.md, "Row
+/// streams for the plain layouts"); on AMD's the four_streams() groups are themselves cut into
+/// far-apart runs the same way. Elsewhere (Arm) the group size is as follows.
 ///
 /// Group size outside four_streams() and row streams: one row (a single sequential weight stream)
 /// while the activation row fits in kOneRowX bytes, so that it stays in L1 next to the stream; two

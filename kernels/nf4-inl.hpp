@@ -450,8 +450,8 @@ struct Nf4IntGemv {
   }
 };
 
-/// Nf4IntGemv on 64-byte registers, for the AVX-512 tags on the cores that read rows as streams
-/// (gemv_row_streams: Intel's). There vpermw looks up 32 entries of a 512-bit register at the
+/// Nf4IntGemv on 64-byte registers, for the AVX-512 tags on Intel's cores
+/// (detail::intel_streaming_tuning). There vpermw looks up 32 entries of a 512-bit register at the
 /// rate it looks up 16 of a 256-bit one (one per cycle, port 5; measured on this Sapphire
 /// Rapids-class VM, which also issues pshufb / punpck on 256 bits twice per cycle and on 512 bits
 /// once), and the four 256-bit vpermw per block were the body's bottleneck: NF4 read 8-10 GB/s
@@ -507,7 +507,7 @@ struct Nf4X86 {
                                                                   Y, ldy);
     }
     if constexpr (Tag::bytes == 64) {
-      if (gemv_row_streams()) {
+      if (detail::intel_streaming_tuning()) {  // Intel's cores (AMD's: see Nf4IntGemvZ)
         using GZ = Nf4IntGemvZ<Tag, Fp4>;
         return gemv_groups<GZ, GZ::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                                        static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);

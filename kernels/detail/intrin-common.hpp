@@ -141,19 +141,21 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
   }
 }
 
-/// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on x86 cores
-/// that are not AMD's (detail::intel_streaming_tuning, which tests can override), elsewhere only
-/// under the tests' override. On a 2-core Sapphire Rapids-class VM one core reads 4 sequential
-/// streams prefetched 3 KiB ahead into L1 at 12-16 GB/s and R adjacent rows (one region, R
-/// interleaved positions) with the group-ahead L2 prefetch at 7-11; a standalone loop of the
-/// plain Q4_K row shape (2304-byte rows, 4 rows per group, one body step of 192 bytes per row,
-/// 5 alternated rounds, 1 thread) read 7.4 -> 10.4 GB/s, 6192-byte rows 6.7 -> 9.9, 16 KiB
-/// (f32) rows 6.7 -> 9.6, 2 rows 7.1 -> 8.4, 8 rows 7.2 -> 10.4; the GEMVs in nibble-bench
-/// 1.1-2.1x (docs/kernels.md, "Row streams for the plain layouts").
-/// On AMD cores the group-ahead prefetch already read at the bandwidth (gemv_groups).
+/// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on every x86
+/// core unless the tests' override (detail::set_vendor_tuning_override) is 0, elsewhere only
+/// when it is 1. On a 2-core Sapphire Rapids-class VM one core reads 4 sequential streams
+/// prefetched 3 KiB ahead into L1 at 12-16 GB/s and R adjacent rows (one region, R interleaved
+/// positions) with the group-ahead L2 prefetch at 7-11; a standalone loop of the plain Q4_K row
+/// shape (2304-byte rows, 4 rows per group, one body step of 192 bytes per row, 5 alternated
+/// rounds, 1 thread) read 7.4 -> 10.4 GB/s, 6192-byte rows 6.7 -> 9.9, 16 KiB (f32) rows 6.7 ->
+/// 9.6, 2 rows 7.1 -> 8.4, 8 rows 7.2 -> 10.4; the GEMVs in nibble-bench 1.1-2.1x. On a Zen 5
+/// core (35 GB/s from DRAM on one core), where the adjacent groups had been kept, nibble-bench
+/// 4096 x 4096 cold, 3-4 alternated rounds, AVX-512: q4_K 1.41 / 1.25 (1 / 2 threads), q8_0
+/// 1.33 / 1.42, q3_K 2.09 / 2.18, q2_K 1.59 / 1.93, the plain Q4_K_M decode step 1.34 / 1.26
+/// (docs/kernels.md, "Row streams for the plain layouts", "Row streams on Zen 5 too").
 inline bool gemv_row_streams() {
 #if defined(__x86_64__) || defined(__i386__)
-  return detail::intel_streaming_tuning();
+  return detail::vendor_tuning_override() != 0;
 #else
   return detail::vendor_tuning_override() == 1;
 #endif

@@ -33,12 +33,15 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 namespace detail {
-/// Test hook for the vendor-dependent tuning choices of the packed GEMV (the L2 prefetch and the
-/// four cross-prefetched streams of large group blocks, kernels/detail/packed-driver-inl.hpp):
-/// -1 (the default) decides from cpu_features().amd, 0 takes the AMD choices, 1 the others, so
-/// that tests run both code paths on any CPU (on Arm the four streams are taken only with 1).
-/// Neither choice changes a result. Thread-safe; not meant for use while products run on other
-/// threads.
+/// Test hook for the vendor-dependent streaming choices of the GEMVs: the packed GEMV's L2
+/// prefetch and four cross-prefetched streams of large group blocks
+/// (kernels/detail/packed-driver-inl.hpp), and the plain layouts' far-apart row streams
+/// (gemv_row_streams in kernels/detail/intrin-common.hpp). -1 (the default) decides from the CPU:
+/// the packed choices from cpu_features().amd, row streams on every x86 core (except Q6_K on
+/// AMD's 32-byte tags); 0 takes the AMD packed choices and no row streams anywhere; 1 the Intel
+/// packed choices and row streams everywhere (on Arm the four streams and the row streams are
+/// taken only with 1). So tests run every code path on any CPU. No choice changes a result.
+/// Thread-safe; not meant for use while products run on other threads.
 void set_vendor_tuning_override(int v);
 /// The value set_vendor_tuning_override last stored (-1 by default).
 int vendor_tuning_override();
