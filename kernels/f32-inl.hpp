@@ -199,8 +199,9 @@ struct FloatGemv {
       if constexpr (E == FloatElem::f32) {
         return gemv_groups<FourStreams, 4>(w, wrb, r0, r1, Y, a, arb, cols);
       } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
-        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8>(w, wrb, r0, r1, Y, a, arb,
-                                                                          cols);
+        // Eight adjacent rows, or under row streams four far-apart ones (see four_streams).
+        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8, 4>(w, wrb, r0, r1, Y, a,
+                                                                             arb, cols);
       } else {
         return gemv_groups<FloatGemv, 4>(w, wrb, r0, r1, Y, a, arb, cols);
       }
@@ -225,7 +226,13 @@ struct FloatGemv {
   ///   vectors (the ymm view on AVX-512 tags) with two accumulators per row (EightRows). Same
   ///   kind of core, 4 rounds of alternated binaries: f16 0.74-0.87 -> 0.84-0.95, bf16 on
   ///   AVX-512 0.71-0.92 -> 0.85-0.92 (docs/kernels.md, "f16 / bf16 GEMV on Zen 5"); the zmm
-  ///   body read 0.72-0.80 in every grouping and prefetch setting tried. These sums are in
+  ///   body read 0.72-0.80 in every grouping and prefetch setting tried. Under row streams
+  ///   (gemv_row_streams, the default on x86) a group is four far-apart rows of this body instead
+  ///   of eight adjacent ones: on a later Zen 5 host (2-core VM, 37 GB/s on one core), 3 rounds,
+  ///   4096 x 4096, 11008 x 4096 and 4096 x 11008, 1 / 2 threads, f16 0.72-0.90 -> 0.92-1.02 on
+  ///   AVX2, AVX-VNNI and AVX-512, bf16 on AVX-512 0.72-0.85 -> 0.99-1.06 (the Intel scheme, four
+  ///   far-apart zmm rows with kU accumulators, read 0.83-0.89; eight far-apart rows 0.72-0.73;
+  ///   docs/kernels.md, "f16 / bf16 GEMV on Zen 5"). These sums are in
   ///   another order than the Intel scheme's (8 lanes x 2 accumulators against Tag lanes x kU),
   ///   so the last bits of an output depend on the vendor, within the GEMV tolerance.
   /// - bf16 on AVX2 / AVX-VNNI: four rows at once with `far`, the body above (kU accumulators,
