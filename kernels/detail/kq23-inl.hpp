@@ -319,21 +319,30 @@ void kq23_dequant(const void* src, std::int64_t n, float* y) {
   const auto* x0 = static_cast<const std::uint8_t*>(src);
   const VU8<Tag> m3(static_cast<std::uint8_t>(3));
   constexpr std::size_t kBlock = Q3 ? sizeof(BlockQ3_K) : sizeof(BlockQ2_K);
+  // Q3_K's level patterns (make_level), fetched once per call; Q2_K has none.
+  [[maybe_unused]] const auto* pt = [] {
+    if constexpr (Q3) {
+      return &Q3Simd<Tag>::patterns();
+    } else {
+      return static_cast<const void*>(nullptr);
+    }
+  }();
   for (std::int64_t b = 0; b < n / 256; ++b, y += 256) {
     const std::uint8_t* x = x0 + static_cast<std::size_t>(b) * kBlock;
     alignas(64) std::int8_t v[256];
     static_for<L::kNV>([&](auto vc) {
       constexpr int vi = decltype(vc)::value;
       const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + (Q3 ? 32 : 16) + vi * kW);
+      [[maybe_unused]] VU8<Tag> hm;  // Q3_K: the hmask bytes of register vi
+      if constexpr (Q3) hm = Q3Simd<Tag>::hmask(x, vi);
       static_for<4>([&](auto sc_) {
         constexpr int s = decltype(sc_)::value;
         VU8<Tag> u = s == 0 ? q & m3 : as<std::uint8_t>(as<std::uint16_t>(q) >> (2 * s)) & m3;
         if constexpr (Q3) {
           // value = level - 4, the level's bit 2 from hmask (see Q3Simd::run)
-          const VU8<Tag> hm = Q3Simd<Tag>::hmask(x, vi);
-          u = as<std::uint8_t>(as<std::int8_t>(Q3Simd<Tag>::template make_level<vi, s>(
-                                   u, hm, Q3Simd<Tag>::patterns())) -
-                               VI8<Tag>(static_cast<std::int8_t>(4)));
+          u = as<std::uint8_t>(
+              as<std::int8_t>(Q3Simd<Tag>::template make_level<vi, s>(u, hm, *pt)) -
+              VI8<Tag>(static_cast<std::int8_t>(4)));
         }
         alignas(64) std::int8_t t[kW];
         as<std::int8_t>(u).store_aligned(t);

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "nibble/formats/q6_k.hpp"
 #include "nibble/formats/q8_k.hpp"
@@ -94,19 +95,18 @@ struct Q6Simd {
                    std::int64_t cols, const void* A, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
     if (n != 1) return Gemm(W, wrb, r0, r1, cols, A, arb, n, Y, ldy);
+    auto groups = [&](auto streams) {
+      gemv_groups<Q6Simd, kGemvRows, decltype(streams)::value>(
+          static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y, static_cast<const std::uint8_t*>(A),
+          arb, cols / 256, cols);
+    };
     if constexpr (TagInfo<Tag>::family == Family::x86 && Tag::bytes == 32) {
       // AMD's cores keep adjacent rows here (no row streams): on a Zen 5 core the 32-byte body
       // lost with them (4096 x 4096 cold, 4 alternated rounds, AVX2: 0.85 / 0.84 of the paired
       // x_membw on 1 / 2 threads), while every other format gained or held
-      if (!detail::intel_streaming_tuning()) {
-        return gemv_groups<Q6Simd, kGemvRows, 1>(static_cast<const std::uint8_t*>(W), wrb, r0, r1,
-                                                 Y, static_cast<const std::uint8_t*>(A), arb,
-                                                 cols / 256, cols);
-      }
+      if (!detail::intel_streaming_tuning()) return groups(std::integral_constant<int, 1>{});
     }
-    gemv_groups<Q6Simd, kGemvRows, kStreamRows>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
-                                                static_cast<const std::uint8_t*>(A), arb,
-                                                cols / 256, cols);
+    groups(std::integral_constant<int, kStreamRows>{});
   }
 
   /// The levels (0..63) of register v of half h: lo of the low nibbles, hi of the high ones.
