@@ -101,10 +101,12 @@ struct Q6Simd {
           arb, cols / 256, cols);
     };
     if constexpr (TagInfo<Tag>::family == Family::x86 && Tag::bytes == 32) {
-      // AMD's cores keep adjacent rows here (no row streams): on a Zen 5 core the 32-byte body
-      // lost with them (4096 x 4096 cold, 4 alternated rounds, AVX2: 0.85 / 0.84 of the paired
-      // x_membw on 1 / 2 threads), while every other format gained or held
-      if (!detail::intel_streaming_tuning()) return groups(std::integral_constant<int, 1>{});
+      // AMD's cores: two row streams, not four. On a Zen 5 core (3 alternated rounds, cold,
+      // 4096 x 4096, 11008 x 4096, 4096 x 11008, AVX2 and AVX-VNNI, 1 / 2 threads) against
+      // adjacent single rows: two streams 1.26-1.47x, three 1.12-1.31x, four 1.08-1.26x (an
+      // earlier run on the same kind of host had read four at 0.85x), two adjacent rows 0.49-0.75x
+      // (docs/kernels.md, "Q6_K on 256-bit tags: two row streams on Zen 5")
+      if (!detail::intel_streaming_tuning()) return groups(std::integral_constant<int, 2>{});
     }
     groups(std::integral_constant<int, kStreamRows>{});
   }
