@@ -232,9 +232,9 @@ struct FloatGemv {
   ///   4096 x 4096, 11008 x 4096 and 4096 x 11008, 1 / 2 threads, f16 0.72-0.90 -> 0.92-1.02 on
   ///   AVX2, AVX-VNNI and AVX-512, bf16 on AVX-512 0.72-0.85 -> 0.99-1.06 (the Intel scheme, four
   ///   far-apart zmm rows with kU accumulators, read 0.83-0.89; eight far-apart rows 0.72-0.73;
-  ///   docs/kernels.md, "f16 / bf16 GEMV on Zen 5"). These sums are in
-  ///   another order than the Intel scheme's (8 lanes x 2 accumulators against Tag lanes x kU),
-  ///   so the last bits of an output depend on the vendor, within the GEMV tolerance.
+  ///   docs/kernels.md, "f16 / bf16 on Zen 5: row streams of the eight-row body"). These sums
+  ///   are in another order than the Intel scheme's (8 lanes x 2 accumulators against Tag lanes
+  ///   x kU), so the last bits of an output depend on the vendor, within the GEMV tolerance.
   /// - bf16 on AVX2 / AVX-VNNI: four rows at once with `far`, the body above (kU accumulators,
   ///   so the same results as the Intel scheme). Eight rows of EightRows read worse there at
   ///   4096 x 11008 (0.67 -> 0.58); four rows 0.70-0.88 -> 0.85-0.96 (4 rounds of alternated
