@@ -197,13 +197,13 @@ struct FloatGemv {
     const auto* a = static_cast<const std::uint8_t*>(A);
     if (four_streams()) {
       if constexpr (E == FloatElem::f32) {
-        return gemv_groups<FourStreams, 4>(w, wrb, r0, r1, Y, a, arb, cols);
+        return gemv_groups<FourStreams, 4, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
-        // Eight adjacent rows, or under row streams four far-apart ones (see four_streams).
-        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8, 4>(w, wrb, r0, r1, Y, a,
-                                                                             arb, cols);
+        // Eight adjacent rows, or under row streams kFourStreamRows far-apart ones.
+        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8, kFourStreamRows>(
+            w, wrb, r0, r1, Y, a, arb, cols);
       } else {
-        return gemv_groups<FloatGemv, 4>(w, wrb, r0, r1, Y, a, arb, cols);
+        return gemv_groups<FloatGemv, 4, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       }
     }
     // Row streams (gemv_groups): four far-apart rows on 64-byte tags, two on 32-byte tags
@@ -244,6 +244,8 @@ struct FloatGemv {
     return on;
   }
   static constexpr std::size_t kFourStreamsAhead = 1024;
+  /// Rows per group of the four_streams schemes under row streams (gemv_row_streams).
+  static constexpr int kFourStreamRows = 4;
   /// run() for gemv_groups with U accumulators per row and, when `Ahead`, each row's lines
   /// prefetched kFourStreamsAhead on into L1 in place of `far` (the group size is gemv_groups').
   template <int U, bool Ahead>
