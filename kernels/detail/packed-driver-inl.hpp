@@ -51,12 +51,27 @@ constexpr int packed_streams(std::size_t group_block) {
 /// block, act, b, state) and store(state, y).
 ///
 /// Before each group block of a stream, every cache line kPackedPrefetch bytes further on in that
-/// stream is prefetched (one prefetch per line, the streams' bursts apart). The hardware
-/// prefetcher alone did not keep the streams ahead of a fast body on a Zen 5 core (1 thread,
-/// 4096 x 4096, cold, alternated runs): q4_K.x16 on AVX-512 read 21-24 GB/s without and 30-34
-/// with, q5_K.x16 17 -> 32, q6_K.x16 18 -> 28-35, q4_K.x16 on AVX2 14 -> 26-29, against a sum
-/// loop at 31-38 GB/s. 2, 3 and 4 KiB ahead measured alike; 3 KiB was best on most rows.
+/// stream (on AMD cores half as far with four streams: packed_prefetch_l1) is prefetched (one
+/// prefetch per line, the streams' bursts apart). The hardware prefetcher alone did not keep the
+/// streams ahead of a fast body on a Zen 5 core (1 thread, 4096 x 4096, cold, alternated runs):
+/// q4_K.x16 on AVX-512 read 21-24 GB/s without and 30-34 with, q5_K.x16 17 -> 32, q6_K.x16 18 ->
+/// 28-35, q4_K.x16 on AVX2 14 -> 26-29, against a sum loop at 31-38 GB/s. 2, 3 and 4 KiB ahead
+/// measured alike; 3 KiB was best on most rows.
 inline constexpr std::size_t kPackedPrefetch = 3072;
+
+/// The L1 prefetch distance of a packed_gemv reading `streams` streams, each prefetching its own
+/// block: kPackedPrefetch, except four streams on AMD cores (the group blocks under 1 KiB), which
+/// prefetch half as far, so that all streams together run as far ahead as two do (6 KiB). On a
+/// Zen 5 core (35-38 GB/s from DRAM on one core; 4096 x 4096 and 11008 x 4096, cold, 5 rounds
+/// rotating 3072, 1536 and 1024 bytes in one binary, median per-round ratio of the paired
+/// `x_membw`, 1 / 2 threads), 1536 against 3072: AVX-512 q4_0.x16 1.10-1.24, q4_1.x16 1.06-1.20,
+/// q5_0.x16 1.01-1.12, q5_1.x16 0.99-1.09, iq4_nl.x16 1.12-1.16, mxfp4.x16 1.03-1.08, nf4.x16
+/// 1.02-1.25, fp4.x16 1.06-1.15, q8_0.x16 0.94-1.08; AVX2 0.97-1.26 (docs/kernels.md, "The L1
+/// prefetch distance of four streams"). Intel cores (which add the L2 prefetch) keep 3072: not
+/// measured there.
+inline std::size_t packed_prefetch_l1(int streams) {
+  return streams == 4 && !detail::intel_streaming_tuning() ? kPackedPrefetch / 2 : kPackedPrefetch;
+}
 
 /// Besides, except on AMD cores, every line kPackedPrefetchL2 bytes ahead is prefetched into L2, so
 /// that the L1 prefetch above finds it there (packed_prefetch_l2). On an Emerald Rapids core
@@ -102,15 +117,16 @@ inline bool packed_cross_streams() {
 #endif
 }
 
-/// Group block b of one packed stream p: its cache lines kPackedPrefetch bytes on are
+/// Group block b of one packed stream p: its cache lines l1 bytes on (packed_prefetch_l1) are
 /// prefetched into L1 and, with l2 (packed_prefetch_l2), those kPackedPrefetchL2 bytes on into
 /// L2, then the body consumes the block.
 template <class K>
 [[gnu::always_inline]] inline void packed_step_inline(const std::uint8_t* p,
                                                       const typename K::Act& act, std::int64_t b,
-                                                      typename K::State& st, bool l2) {
+                                                      typename K::State& st, std::size_t l1,
+                                                      bool l2) {
   const std::uint8_t* gb = p + static_cast<std::size_t>(b) * K::kGroupBlock;
-  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + kPackedPrefetch + l);
+  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + l1 + l);
   if (l2) {
     for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l2(gb + kPackedPrefetchL2 + l);
   }
@@ -159,17 +175,18 @@ template <class K, int NS, int k>
 
 template <class K>
 inline void packed_step_call(const std::uint8_t* p, const typename K::Act& act, std::int64_t b,
-                             typename K::State& st, bool l2) {
-  packed_step_inline<K>(p, act, b, st, l2);
+                             typename K::State& st, std::size_t l1, bool l2) {
+  packed_step_inline<K>(p, act, b, st, l1, l2);
 }
 
 template <class K>
 [[gnu::always_inline]] inline void packed_step(const std::uint8_t* p, const typename K::Act& act,
-                                               std::int64_t b, typename K::State& st, bool l2) {
+                                               std::int64_t b, typename K::State& st,
+                                               std::size_t l1, bool l2) {
   if constexpr (InlineStep<K>::value) {
-    packed_step_inline<K>(p, act, b, st, l2);
+    packed_step_inline<K>(p, act, b, st, l1, l2);
   } else {
-    packed_step_call<K>(p, act, b, st, l2);
+    packed_step_call<K>(p, act, b, st, l1, l2);
   }
 }
 
@@ -183,6 +200,7 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
+  const std::size_t l1 = packed_prefetch_l1(NS);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
@@ -201,13 +219,13 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
           if constexpr (cross) {
             packed_step_cross<K, NS, k>(p, act, b, st[k]);
           } else {
-            packed_step<K>(p[k], act, b, st[k], l2);
+            packed_step<K>(p[k], act, b, st[k], l1, l2);
           }
         });
       }
     } else {
       for (std::int64_t b = 0; b < nb; ++b)
-        for (int k = 0; k < m; ++k) packed_step<K>(p[k], act, b, st[k], l2);
+        for (int k = 0; k < m; ++k) packed_step<K>(p[k], act, b, st[k], l1, l2);
     }
     for (int k = 0; k < m; ++k) K::store(st[k], y + 16 * (g0 + k * part + i));
   }
