@@ -83,6 +83,13 @@ inline VI8<Tag> lookup16(const VI8<Tag>& table, const VU8<Tag>& idx) {
   return VI8<Tag>(vqtbl1q_s8(table, idx));
 }
 
+/// lo = bytes 0..7 of a and b interleaved (a0 b0 a1 b1 ...), hi = bytes 8..15 (zip1 / zip2).
+template <class Tag>
+inline void zip8_lanes(const VI8<Tag>& a, const VI8<Tag>& b, VI16<Tag>& lo, VI16<Tag>& hi) {
+  lo = VI16<Tag>(vreinterpretq_s16_s8(vzip1q_s8(a, b)));
+  hi = VI16<Tag>(vreinterpretq_s16_s8(vzip2q_s8(a, b)));
+}
+
 template <class Tag>
 inline VI8<Tag> table16(const std::int8_t* t16) {
   return VI8<Tag>(vld1q_s8(t16));

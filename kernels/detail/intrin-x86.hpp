@@ -1228,6 +1228,21 @@ inline void zip64_lanes(const VU8<Tag>& a, const VU8<Tag>& b, VU8<Tag>& lo, VU8<
   }
 }
 
+/// Per 16-byte lane: lo = bytes 0..7 of a and b interleaved (a0 b0 a1 b1 ...), hi = bytes 8..15
+/// (punpcklbw / punpckhbw); with b = the sign bytes of a, the int16 sign extensions of a.
+template <class Tag>
+inline void zip8_lanes(const VI8<Tag>& a, const VI8<Tag>& b, VI16<Tag>& lo, VI16<Tag>& hi) {
+  if constexpr (Tag::bytes == 64) {
+#if defined(__AVX512BW__)
+    lo = VI16<Tag>(_mm512_unpacklo_epi8(a, b));
+    hi = VI16<Tag>(_mm512_unpackhi_epi8(a, b));
+#endif
+  } else {
+    lo = VI16<Tag>(_mm256_unpacklo_epi8(a, b));
+    hi = VI16<Tag>(_mm256_unpackhi_epi8(a, b));
+  }
+}
+
 /// 4 x 4 transpose of int32 within every 16-byte lane: afterwards r[k] dword i of a lane = the old
 /// r[i] dword k of that lane.
 template <class Tag>

@@ -16,9 +16,13 @@
 // shifts times 4 (q & 12: one operation less per shift pair) and scales the even shifts by 4 s
 // instead; its mins come from one register of the 16 scale bytes of Tag::bytes / 16 rows, as two
 // int8 dots with the activation sums split in int8 halves (bsum = 128 hi + lo), accumulated in
-// float per row lane. Q3_K's -4 offset is the prepared starting value of each lane (-4 times the
-// sum of its activations) and its -32 scale offset the sum of the offset-corrected products
-// times -32. Integer sums are exact; float steps per block and row: one or two fma.
+// float per row lane. Q3_K with a 4-way dot (VNNI, sdot): the -4 offset is the prepared starting
+// value of each lane (-4 times the sum of its activations) and the -32 scale offset the sum of
+// the offset-corrected products times -32. Q3_K with pmaddubsw (AVX2, AVX-512 without VNNI,
+// NEON without dotprod): the pmaddwd scale patterns are s - 32 as int16 (the scales sign-extended
+// once per block and row), and the -4 offset is one pmaddwd of those scales with -4 times the
+// activations' sub-block sums (Q8_K's bsums) per block: no per-register offset or usum additions.
+// Integer sums are exact; float steps per block and row: one or two fma.
 #pragma once
 
 #include <cstddef>
@@ -389,33 +393,50 @@ struct Q3Simd {
   static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
   static constexpr bool kPairs = !kDot4;  ///< scale pattern layout (see Kq23Layout)
 
-  /// Per activation block: the values in register order; the starting values -4 * (sum of the
-  /// activations of each int32 lane (kDot4) or int16 pair) at the lane's byte offset; the scale.
-  struct Prep {
+  /// Per activation block: the values in register order; kDot4: the starting values -4 * (sum of
+  /// the activations of each int32 lane) at the lane's byte offset; otherwise boff (see
+  /// owner_lane): -4 * bsum[j] at int16 lane e of 16-byte lane k of register v, j = 8 h + e (h:
+  /// the qs half of that lane) when the lane owns its half, else 0; the scale.
+  struct PrepDot4 {
     std::int8_t a[256];
     std::int8_t init[256];
     float d;
     float pad[15];
   };
+  struct PrepPairs {
+    std::int8_t a[256];
+    std::int16_t boff[kNV * kW / 2];
+    float d;
+    float pad[15];
+  };
+  using Prep = std::conditional_t<kDot4, PrepDot4, PrepPairs>;
+  /// The qs half (0: values 0..127, 1: 128..255) of 16-byte lane k of qs register v, and whether
+  /// that lane is the first of its half (the one lane per half that carries the -4 offset term).
+  static constexpr int half_of(int v, int k) { return (v * kW + 16 * k) / 32; }
+  static constexpr bool owner_lane(int v, int k) { return (v * kW + 16 * k) % 32 == 0; }
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
     const auto* in = static_cast<const BlockQ8_K*>(src);
     Prep* p = Row::copy_plain(src, cols, dst);
-    constexpr int kG = kDot4 ? 4 : 2;
     for (std::int64_t b = 0; b < cols / 256; ++b) {
       std::memset(&p[b], 0, sizeof(Prep));
       L::permute(in[b], p[b].a);
-      for (int o = 0; o < 256; o += kG) {
-        int s = 0;
-        for (int e = 0; e < kG; ++e) s += p[b].a[o + e];
-        if constexpr (kG == 2) {
-          const auto v = static_cast<std::int16_t>(-4 * s);
-          std::memcpy(p[b].init + o, &v, 2);
-        } else {
+      if constexpr (kDot4) {
+        for (int o = 0; o < 256; o += 4) {
+          int s = 0;
+          for (int e = 0; e < 4; ++e) s += p[b].a[o + e];
           const std::int32_t v = -4 * s;
           std::memcpy(p[b].init + o, &v, 4);
         }
+      } else {
+        // |-4 * bsum| <= 4 * 16 * 128 = 8192: an int16.
+        for (int v = 0; v < kNV; ++v)
+          for (int k = 0; k < kW / 16; ++k)
+            if (owner_lane(v, k))
+              for (int e = 0; e < 8; ++e)
+                p[b].boff[v * kW / 2 + 8 * k + e] =
+                    static_cast<std::int16_t>(-4 * in[b].bsums[8 * half_of(v, k) + e]);
       }
       p[b].d = in[b].d;
     }
@@ -427,6 +448,12 @@ struct Q3Simd {
     typename L::template Patterns<kPairs> sc;
     alignas(64) std::uint8_t lo_idx[kW], lo_m1[kW], lo_m2[kW], hi_idx[kW];
     alignas(64) std::uint32_t hi_shift[kW / 4];
+    /// Without kDot4: lookup16 index of register (v, s) into its int16 scale table (signed_scales):
+    /// in 16-byte lane k the two bytes of the int16 scale of the lane's sub-block, repeated.
+    alignas(64) std::uint8_t idx16[kNV][4][kW];
+    /// Without kDot4 on 64-byte tags: all-ones in the int16 lanes of the 16-byte lanes of qs
+    /// half 1.
+    alignas(64) std::int16_t half1[kW / 2];
     /// The hmask bit of register v's byte b at shift s (see high_bit): 1 << (4 h + s).
     alignas(64) std::uint8_t hsel[kNV][4][kW];
     Patterns() {
@@ -442,6 +469,14 @@ struct Q3Simd {
         hi_idx[b] = static_cast<std::uint8_t>(2 + 8 + j % 4);
       }
       for (int i = 0; i < kW / 4; ++i) hi_shift[i] = static_cast<std::uint32_t>(2 * (i % 4));
+      for (int v = 0; v < kNV; ++v)
+        for (int s = 0; s < 4; ++s)
+          for (int b = 0; b < kW; ++b) {
+            const int e = L::value(v, s, b - b % 16) / 16 % 8;  // sub-block within its half
+            idx16[v][s][b] = static_cast<std::uint8_t>(2 * e + b % 2);
+          }
+      for (int i = 0; i < kW / 2; ++i)
+        half1[i] = static_cast<std::int16_t>(half_of(0, i / 8) % 2 == 1 ? -1 : 0);
     }
   };
   static const Patterns& patterns() {
@@ -542,6 +577,24 @@ struct Q3Simd {
         const VI8<Tag> sc = as<std::int8_t>(bcast_lane<Tag>(as<std::uint8_t>(s6[r / kH]), r % kH));
         VI32<Tag> isum(0), usum(0);
         VI16<Tag> usum16(0);
+        // Without kDot4: the scales minus 32 as int16, one table per qs half (ts[h]: scales
+        // 8h..8h+7 in every 16-byte lane), so the -32 needs no separate sum.
+        [[maybe_unused]] VI16<Tag> ts[2];
+        if constexpr (!kDot4) {
+          const VI8<Tag> sm = sc - VI8<Tag>(static_cast<std::int8_t>(32));
+          zip8_lanes<Tag>(sm, xsimd::select(sm < VI8<Tag>(0), VI8<Tag>(-1), VI8<Tag>(0)), ts[0],
+                          ts[1]);
+        }
+        // The int16 scale table of register v (its lanes' halves).
+        [[maybe_unused]] auto scale_table = [&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          if constexpr (half_of(v, 0) == half_of(v, kW / 16 - 1)) {
+            return ts[half_of(v, 0)];
+          } else {
+            const VI16<Tag> m = VI16<Tag>::load_aligned(pt.half1);
+            return ts[0] ^ ((ts[0] ^ ts[1]) & m);
+          }
+        };
         static_for<kNV>([&](auto vc) {
           constexpr int v = decltype(vc)::value;
           const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 32 + v * kW);
@@ -553,8 +606,8 @@ struct Q3Simd {
             return make_level<v, s>(q2, hm, pt);
           };
           auto act = [&](int s) { return loadu<std::int8_t, Tag>(a.a + (4 * v + s) * kW); };
-          auto init = [&](int s) { return loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW); };
           if constexpr (ScaledDot2<Tag>::kPacked) {
+            auto init = [&](int s) { return loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW); };
             // shifts (p, p + 2) per scale step: int32 lanes of sum (u - 4) a, |.| <= 2048,
             // narrowed to int16; their sum for the -32 offset in int16 (|.| <= 2 kNV 2048)
             static_for<2>([&](auto pc) {
@@ -578,18 +631,20 @@ struct Q3Simd {
             static_for<4>([&](auto sc_) {
               constexpr int s = decltype(sc_)::value;
               const VU8<Tag> u = level(sc_);
-              const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
               const VI8<Tag> av = act(s);
-              const std::int8_t* ip = a.init + (4 * v + s) * kW;
               if constexpr (kDot4) {
                 // int32 lanes: sum of 4 (u - 4) a, |.| <= 2048 (an int16 for the scale's pmaddwd)
-                const VI32<Tag> t = dot_u8s8<Tag>(loadu<std::int32_t, Tag>(ip), u, av);
+                const VI8<Tag> pat = lookup16<Tag>(sc, loadu<std::uint8_t, Tag>(pt.sc.idx[v][s]));
+                const VI32<Tag> t =
+                    dot_u8s8<Tag>(loadu<std::int32_t, Tag>(a.init + (4 * v + s) * kW), u, av);
                 isum = madd_acc_i16<Tag>(isum, as<std::int16_t>(t), as<std::int16_t>(pat));
                 usum = usum + t;
               } else {
-                const VI16<Tag> t = madd_u8s8<Tag>(u, av) + loadu<std::int16_t, Tag>(ip);
-                isum = madd_acc_i16<Tag>(isum, t, as<std::int16_t>(pat));
-                usum16 = usum16 + t;  // |.| <= 16 registers * 2 * 4 * 128
+                // sum (s - 32) u a: |u a pair| <= 2 * 7 * 128, times |s - 32| <= 32; the -4
+                // offset is added per sub-block after the loop (boff)
+                const VI16<Tag> p16 = as<std::int16_t>(lookup16<Tag>(
+                    as<std::int8_t>(scale_table(vc)), loadu<std::uint8_t, Tag>(pt.idx16[v][s])));
+                isum = madd_acc_i16<Tag>(isum, madd_u8s8<Tag>(u, av), p16);
               }
             });
           }
@@ -597,8 +652,17 @@ struct Q3Simd {
         // sum_sb (s - 32) X_sb = sum_sb s X_sb - 32 sum X
         if constexpr (kDot4 && !ScaledDot2<Tag>::kPacked) {
           isum = isum - (usum << 5);
-        } else {
+        } else if constexpr (kDot4) {
           isum = madd_acc_i16<Tag>(isum, usum16, VI16<Tag>(static_cast<std::int16_t>(-32)));
+        } else {
+          // the -4 offset: sum_sb (s - 32) (-4 bsum_sb), from the lanes that own their half
+          static_for<kNV>([&](auto vc) {
+            constexpr int v = decltype(vc)::value;
+            if constexpr (owner_lane(v, 0) || owner_lane(v, kW / 16 - 1) || kW == 64) {
+              isum = madd_acc_i16<Tag>(isum, scale_table(vc),
+                                       VI16<Tag>::load_unaligned(a.boff + v * kW / 2));
+            }
+          });
         }
         acc[r] =
             fmadd<Tag>(xsimd::to_float(isum), VF<Tag>(h2f<Tag>(ld_u16(x + 108)) * a.d), acc[r]);
