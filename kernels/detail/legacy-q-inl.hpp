@@ -367,12 +367,16 @@ struct Q32Simd {
         is[r] = VI32<Tag>(0);
       }
     });
-    const VF<Tag> sc = row_scales<R>(p, wrb) * VF<Tag>::load_unaligned(a.d);
     const VI32<Tag> d = interleave_rows(is) + loadu<std::int32_t, Tag>(a.init);
-    acc = fmadd<Tag>(xsimd::to_float(d), sc, acc);
     if constexpr (Fmt::kMin) {
-      acc = fmadd<Tag>(rows_f16<Tag, Fmt::kBytes, 2, kStepBytes, R>(p, wrb),
-                       VF<Tag>::load_unaligned(a.s), acc);
+      // Q4_1 / Q5_1: the adjacent fp16 d and m of every block as one dword field (one gather
+      // of the R rows' headers instead of two).
+      const VU32<Tag> dm = rows_fields<Tag, Fmt::kBytes, 0, 4, kStepBytes, R>(p, wrb);
+      acc = fmadd<Tag>(xsimd::to_float(d), h2f_lo16<Tag>(dm) * VF<Tag>::load_unaligned(a.d), acc);
+      acc = fmadd<Tag>(h2f_lo16<Tag>(dm >> 16), VF<Tag>::load_unaligned(a.s), acc);
+    } else {
+      const VF<Tag> sc = row_scales<R>(p, wrb) * VF<Tag>::load_unaligned(a.d);
+      acc = fmadd<Tag>(xsimd::to_float(d), sc, acc);
     }
   }
 
