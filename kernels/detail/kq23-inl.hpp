@@ -448,8 +448,9 @@ struct Q3Simd {
     typename L::template Patterns<kPairs> sc;
     alignas(64) std::uint8_t lo_idx[kW], lo_m1[kW], lo_m2[kW], hi_idx[kW];
     alignas(64) std::uint32_t hi_shift[kW / 4];
-    /// Without kDot4: lookup16 index of register (v, s) into its int16 scale table (signed_scales):
-    /// in 16-byte lane k the two bytes of the int16 scale of the lane's sub-block, repeated.
+    /// Without kDot4: lookup16 index of register (v, s) into its int16 scale table (ts /
+    /// scale_table in run): in 16-byte lane k the two bytes of the int16 scale of the lane's
+    /// sub-block, repeated.
     alignas(64) std::uint8_t idx16[kNV][4][kW];
     /// Without kDot4 on 64-byte tags: all-ones in the int16 lanes of the 16-byte lanes of qs
     /// half 1.
@@ -655,7 +656,8 @@ struct Q3Simd {
         } else if constexpr (kDot4) {
           isum = madd_acc_i16<Tag>(isum, usum16, VI16<Tag>(static_cast<std::int16_t>(-32)));
         } else {
-          // the -4 offset: sum_sb (s - 32) (-4 bsum_sb), from the lanes that own their half
+          // the -4 offset: sum_sb (s - 32) (-4 bsum_sb), from the registers with a lane that owns
+          // its half (boff is 0 in the other lanes)
           static_for<kNV>([&](auto vc) {
             constexpr int v = decltype(vc)::value;
             if constexpr (owner_lane(v, 0) || owner_lane(v, kW / 16 - 1) || kW == 64) {
