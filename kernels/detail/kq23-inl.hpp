@@ -414,6 +414,12 @@ struct Q3Simd {
   /// that lane is the first of its half (the one lane per half that carries the -4 offset term).
   static constexpr int half_of(int v, int k) { return (v * kW + 16 * k) / 32; }
   static constexpr bool owner_lane(int v, int k) { return (v * kW + 16 * k) % 32 == 0; }
+  /// Whether register v has an owner lane (its boff is not all zero).
+  static constexpr bool has_owner(int v) {
+    for (int k = 0; k < kW / 16; ++k)
+      if (owner_lane(v, k)) return true;
+    return false;
+  }
   using Row = SplitRow<BlockQ8_K, Prep, 256>;
   static std::size_t act_bytes(std::int64_t cols) { return Row::act_bytes(cols); }
   static void relayout(const void* src, std::int64_t cols, void* dst) {
@@ -448,9 +454,8 @@ struct Q3Simd {
     typename L::template Patterns<kPairs> sc;
     alignas(64) std::uint8_t lo_idx[kW], lo_m1[kW], lo_m2[kW], hi_idx[kW];
     alignas(64) std::uint32_t hi_shift[kW / 4];
-    /// Without kDot4: lookup16 index of register (v, s) into its int16 scale table (ts /
-    /// scale_table in run): in 16-byte lane k the two bytes of the int16 scale of the lane's
-    /// sub-block, repeated.
+    /// Without kDot4: lookup16 index of register (v, s) into its int16 scale table (tab[v] in
+    /// run): in 16-byte lane k the two bytes of the int16 scale of the lane's sub-block, repeated.
     alignas(64) std::uint8_t idx16[kNV][4][kW];
     /// Without kDot4 on 64-byte tags: all-ones in the int16 lanes of the 16-byte lanes of qs
     /// half 1.
@@ -578,24 +583,24 @@ struct Q3Simd {
         const VI8<Tag> sc = as<std::int8_t>(bcast_lane<Tag>(as<std::uint8_t>(s6[r / kH]), r % kH));
         VI32<Tag> isum(0), usum(0);
         VI16<Tag> usum16(0);
-        // Without kDot4: the scales minus 32 as int16, one table per qs half (ts[h]: scales
-        // 8h..8h+7 in every 16-byte lane), so the -32 needs no separate sum.
-        [[maybe_unused]] VI16<Tag> ts[2];
+        // Without kDot4: the scales minus 32 as int16, so the -32 needs no separate sum. tab[v]:
+        // the table of register v, in each 16-byte lane the scales 8h..8h+7 of the lane's qs
+        // half h (ts[h] from the sign extension; 64-byte tags mix the two halves by lane).
+        [[maybe_unused]] VI16<Tag> tab[kNV];
         if constexpr (!kDot4) {
           const VI8<Tag> sm = sc - VI8<Tag>(static_cast<std::int8_t>(32));
+          VI16<Tag> ts[2];
           zip8_lanes<Tag>(sm, xsimd::select(sm < VI8<Tag>(0), VI8<Tag>(-1), VI8<Tag>(0)), ts[0],
                           ts[1]);
+          static_for<kNV>([&](auto vc) {
+            constexpr int v = decltype(vc)::value;
+            if constexpr (half_of(v, 0) == half_of(v, kW / 16 - 1)) {
+              tab[v] = ts[half_of(v, 0)];
+            } else {
+              tab[v] = ts[0] ^ ((ts[0] ^ ts[1]) & VI16<Tag>::load_aligned(pt.half1));
+            }
+          });
         }
-        // The int16 scale table of register v (its lanes' halves).
-        [[maybe_unused]] auto scale_table = [&](auto vc) {
-          constexpr int v = decltype(vc)::value;
-          if constexpr (half_of(v, 0) == half_of(v, kW / 16 - 1)) {
-            return ts[half_of(v, 0)];
-          } else {
-            const VI16<Tag> m = VI16<Tag>::load_aligned(pt.half1);
-            return ts[0] ^ ((ts[0] ^ ts[1]) & m);
-          }
-        };
         static_for<kNV>([&](auto vc) {
           constexpr int v = decltype(vc)::value;
           const VU8<Tag> q = loadu<std::uint8_t, Tag>(x + 32 + v * kW);
@@ -644,7 +649,7 @@ struct Q3Simd {
                 // sum (s - 32) u a: |u a pair| <= 2 * 7 * 128, times |s - 32| <= 32; the -4
                 // offset is added per sub-block after the loop (boff)
                 const VI16<Tag> p16 = as<std::int16_t>(lookup16<Tag>(
-                    as<std::int8_t>(scale_table(vc)), loadu<std::uint8_t, Tag>(pt.idx16[v][s])));
+                    as<std::int8_t>(tab[v]), loadu<std::uint8_t, Tag>(pt.idx16[v][s])));
                 isum = madd_acc_i16<Tag>(isum, madd_u8s8<Tag>(u, av), p16);
               }
             });
@@ -660,9 +665,9 @@ struct Q3Simd {
           // its half (boff is 0 in the other lanes)
           static_for<kNV>([&](auto vc) {
             constexpr int v = decltype(vc)::value;
-            if constexpr (owner_lane(v, 0) || owner_lane(v, kW / 16 - 1) || kW == 64) {
-              isum = madd_acc_i16<Tag>(isum, scale_table(vc),
-                                       VI16<Tag>::load_unaligned(a.boff + v * kW / 2));
+            if constexpr (has_owner(v)) {
+              isum =
+                  madd_acc_i16<Tag>(isum, tab[v], VI16<Tag>::load_unaligned(a.boff + v * kW / 2));
             }
           });
         }
