@@ -241,7 +241,8 @@ struct Nf4I16Book {
 #if defined(NIBBLE_K_X86)
 
 /// NF4 / FP4 GEMV as an int16 dot product, written once over a 32-byte x86 tag (AVX2, AVX-VNNI,
-/// and the ymm view of the AVX-512 tags, Avx512YmmTag: on Zen 4 the ymm form measured faster).
+/// and the ymm view of the AVX-512 tags, Avx512YmmTag, whose GEMV bodies Nf4IntGemvZ and
+/// Nf4IntGemvPair reuse this one's activations and loop).
 ///
 /// Activations: act_relayout rounds them to int16 with one scale per group of kG blocks (256
 /// values): x_q = round(x * 32767 / amax_x), amax_x the group's largest |x|, d = amax_x / 32767.
@@ -460,8 +461,8 @@ struct Nf4IntGemv {
 /// give Nf4IntGemv's lookup vectors 0 | 1 and 2 | 3, which meet the same activations (the same
 /// relayout, read as two 64-byte vectors). The two halves of the int32 sums are added before the
 /// conversion to float: the sums are the integers of the 256-bit body and every float operation
-/// after them is the same, so the results are bit-identical to Nf4IntGemv<Ymm<Tag>>'s (AMD
-/// cores keep that one: on Zen 4 the 256-bit form measured faster).
+/// after them is the same, so the results are bit-identical to Nf4IntGemv<Ymm<Tag>>'s. (On Zen 4
+/// the 256-bit body had measured faster than this one; AMD's cores take Nf4IntGemvPair.)
 template <class Tag, bool Fp4>
 struct Nf4IntGemvZ {
   static_assert(Tag::bytes == 64, "the dot is laid out for 64-byte vectors");
@@ -493,6 +494,82 @@ struct Nf4IntGemvZ {
   }
 };
 
+/// Nf4IntGemv with two rows per 64-byte register, for the AVX-512 tags on AMD's cores (Intel's
+/// take Nf4IntGemvZ). The lower half of a register holds a block's 32 code bytes of one row, the
+/// upper half those of the next row (load_halves), so that every lookup, shift, int16 dot and
+/// float step serves two rows: per block and row pair 3 shifts (the 16-bit lanes by 4, 8 and 12
+/// bits give the other three nibbles of each lane: vpermw reads the low 5 bits of an index and
+/// the 32-entry table holds the book twice), 4 vpermw, 4 int16 dots, one conversion and one fma
+/// with the two rows' absmax (set_halves), against the Ymm body's 2 shifts, 4 vpermw, 4 dots,
+/// 3 additions, a conversion and an fma per row. The activations are those of Nf4IntGemv<Ymm>
+/// (the same relayout), broadcast to both halves. The integer sums of each half are the Ymm
+/// body's, and every float operation on a half is the one that body does on its row, so the
+/// results are bit-identical to Nf4IntGemv<Ymm<Tag>>'s.
+///
+/// Measured on Zen 5 against Nf4IntGemv<Ymm<Tag>> (1 thread, pinned to one core): the table's gemm
+/// on 64 L2-resident rows of 4096 columns with the activation relayout done once (a /tmp
+/// harness) 31.5-32.5 -> 40-41 GB/s of weights; nibble-bench, 3 alternated rounds, medians of the
+/// per-round ratios: nf4 cold 4096 x 4096 1.39, 11008 x 4096 1.41, 4096 x 11008 1.47, 14336 x
+/// 4096 1.49, warm L2 / L3 1.29 / 1.27; fp4 1.26-1.70. Not measured on Zen 4, whose 512-bit
+/// operations take two passes: there the instruction count, halved, meets twice the cost.
+template <class Tag, bool Fp4>
+struct Nf4IntGemvPair {
+  static_assert(Tag::bytes == 64, "two 32-byte rows per register");
+  using G = Nf4IntGemv<Ymm<Tag>, Fp4>;  ///< the activations' layout, the book, the results
+  static constexpr int kR = G::kR;
+  static constexpr int kG = G::kG;
+
+  template <int R, int C>
+  static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
+                  std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
+    static_assert(C == 1, "GEMV body");
+    constexpr int kP = (R + 1) / 2;  // register rows (an odd R repeats its last row)
+    const Table16I16<Tag> tab(G::Book::kTable.v);
+    const auto* xq = reinterpret_cast<const std::int16_t*>(A + G::q_offset(cols));
+    const auto* dq = reinterpret_cast<const float*>(A + G::d_offset(cols));
+    VF<Tag> acc[kP];
+    static_for<kP>([&](auto pc) { acc[decltype(pc)::value] = VF<Tag>(0.0f); });
+    for (std::int64_t g = 0; g < nb; g += kG, dq += G::kLanesF) {
+      const std::int64_t ge = std::min<std::int64_t>(g + kG, nb);
+      VF<Tag> ag[kP];  // this group's sums of absmax * (int16 dot), two rows per register
+      static_for<kP>([&](auto pc) { ag[decltype(pc)::value] = VF<Tag>(0.0f); });
+      for (std::int64_t b = g; b < ge; ++b, xq += 64) {
+        VI16<Tag> x[4];
+        for (int v = 0; v < 4; ++v) x[v] = as<std::int16_t>(load_twice<Tag>(xq + 16 * v));
+        const std::uint8_t* blk0 = W + static_cast<std::size_t>(b) * kNf4Bytes;
+        static_for<kP>([&](auto pc) {
+          constexpr int p = decltype(pc)::value;
+          const std::uint8_t* lo = blk0 + 2 * p * wrb;
+          const std::uint8_t* hi = 2 * p + 1 < R ? lo + wrb : lo;
+          prefetch_far(lo, far);  // as Nf4IntGemv: every block of every row
+          if (2 * p + 1 < R) prefetch_far(hi, far);
+          const VU16<Tag> c = as<std::uint16_t>(load_halves<Tag>(lo + 4, hi + 4));
+          // G::elem order: the low and high nibbles of bytes 2i (elements 4i + 1, 4i) and
+          // 2i + 1 (4i + 3, 4i + 2) of each 16-bit lane i.
+          VI32<Tag> s = madd_i16<Tag>(tab.lookup(c), x[0]);
+          s = madd_acc_i16<Tag>(s, tab.lookup(c >> 4), x[1]);
+          s = madd_acc_i16<Tag>(s, tab.lookup(c >> 8), x[2]);
+          s = madd_acc_i16<Tag>(s, tab.lookup(c >> 12), x[3]);
+          ag[p] = fmadd<Tag>(xsimd::to_float(s), set_halves<Tag>(ld_f32(lo), ld_f32(hi)), ag[p]);
+        });
+      }
+      const VF<Tag> dg = as<float>(load_twice<Tag>(dq));  // d, repeated
+      static_for<kP>([&](auto pc) {
+        constexpr int p = decltype(pc)::value;
+        acc[p] = fmadd<Tag>(ag[p], dg, acc[p]);
+      });
+    }
+    for (int p = 0; p < kP; ++p) {
+      alignas(64) float o[VF<Tag>::size];
+      acc[p].store_aligned(o);
+      for (int h = 0; h < 2 && 2 * p + h < R; ++h) {
+        Y[2 * p + h] =
+            xsimd::hadd(VF<Ymm<Tag>>::load_aligned(o + h * VF<Tag>::size / 2)) / G::Book::kScale;
+      }
+    }
+  }
+};
+
 /// x86 NF4 / FP4 products: the integer GEMV for n == 1, the float GEMM (which reads the plain
 /// fp32 rows in front of the re-laid-out activations) for n > 1. The exact path
 /// (FormatKernels::gemm_exact, Context::exact_nf4) is Nf4FloatGemv with its own re-layout.
@@ -507,11 +584,14 @@ struct Nf4X86 {
                                                                   Y, ldy);
     }
     if constexpr (Tag::bytes == 64) {
-      if (detail::intel_streaming_tuning()) {  // Intel's cores (AMD's: see Nf4IntGemvZ)
+      if (detail::intel_streaming_tuning()) {  // Intel's cores
         using GZ = Nf4IntGemvZ<Tag, Fp4>;
         return gemv_groups<GZ, GZ::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                                        static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
       }
+      using GP = Nf4IntGemvPair<Tag, Fp4>;  // AMD's
+      return gemv_groups<GP, GP::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                     static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);
     }
     gemv_groups<G, G::kR>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
                           static_cast<const std::uint8_t*>(A), arb, cols / 64, cols);

@@ -214,8 +214,11 @@ template <class Tag>
 inline VU8<Tag> load_halves(const void* lo, const void* hi) {
   if constexpr (Tag::bytes == 64) {
 #if defined(__AVX512F__)
+    // The upper half by a masked load of the 64 bytes ending at hi + 32 (masked-out bytes are
+    // not read): one load, where vinserti64x4 from memory also takes a shuffle slot.
     const __m512i l = _mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo)));
-    return VU8<Tag>(_mm512_inserti64x4(l, _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1));
+    return VU8<Tag>(
+        _mm512_mask_loadu_epi8(l, 0xFFFFFFFF00000000ull, static_cast<const char*>(hi) - 32));
 #endif
   } else {
     return VU8<Tag>(
@@ -259,7 +262,7 @@ template <class Tag>
 inline VF<Tag> set_halves(float a, float b) {
   if constexpr (Tag::bytes == 64) {
 #if defined(__AVX512DQ__)
-    return VF<Tag>(_mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1));
+    return VF<Tag>(_mm512_mask_broadcastss_ps(_mm512_set1_ps(a), 0xFF00, _mm_set_ss(b)));
 #endif
   } else {
     return VF<Tag>(_mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a)));
