@@ -164,6 +164,20 @@ inline VI16<Tag> scale_pairs16(const std::int8_t* p, VI32<Tag>* t) {
   return VI16<Tag>(s);
 }
 
+/// The 16 signed scale bytes at p as one int32 lane each, in the form of a pmaddwd multiplier:
+/// the scale as int16 in the low half of the lane and, Pairs, also in the high half (for int16
+/// pair sums), else 0 there (for int32 sums within int16 range). Picked per lane by
+/// permute_i32 (64-byte registers).
+template <class Tag, bool Pairs>
+inline VI32<Tag> scale_dwords16(const std::int8_t* p) {
+  static_assert(Tag::bytes == 64, "64-byte registers");
+#if defined(__AVX512F__)
+  const __m512i d = _mm512_cvtepu16_epi32(
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  return VI32<Tag>(Pairs ? _mm512_or_si512(d, _mm512_slli_epi32(d, 16)) : d);
+#endif
+}
+
 /// int16 x int16 products summed in adjacent pairs to int32 (pmaddwd).
 template <class Tag>
 inline VI32<Tag> madd_i16(const VI16<Tag>& a, const VI16<Tag>& b) {
