@@ -813,10 +813,9 @@ inline VF<Tag> h2f_lo16(const VU32<Tag>& v) {
 namespace nibble::kernels {
 namespace {
 
-/// Compile-time word indices of lane_fields / lane_blocks on AVX-512: for dword lane j of the
-/// result (16-byte lane k = j / 4), the words of the Bytes-byte field at Off + k * Stride
-/// (Bytes 1 or 2: the word holding the field, twice; Bytes 4: its two words), or, for lane_blocks,
-/// word i of the result = word (Off + k * Stride) / 2 + i % 8 (k = i / 8).
+/// Compile-time word indices of lane_fields on AVX-512: for dword lane j of the result (16-byte
+/// lane k = j / 4), the words of the Bytes-byte field at Off + k * Stride (Bytes 1 or 2: the word
+/// holding the field, twice; Bytes 4: its two words).
 template <int Stride, int Off, int Bytes>
 struct LaneWordIdx {
   alignas(64) std::uint16_t w[32];
@@ -828,9 +827,6 @@ struct LaneWordIdx {
       w[2 * j + 1] = static_cast<std::uint16_t>(Bytes == 4 ? pos / 2 + 1 : pos / 2);
       shift[j] = static_cast<std::uint32_t>(8 * (pos % 2));
     }
-    if (Bytes == 16)
-      for (int i = 0; i < 32; ++i)
-        w[i] = static_cast<std::uint16_t>((Off + (i / 8) * Stride) / 2 + i % 8);
   }
 };
 
@@ -899,18 +895,20 @@ inline VU32<Tag> lane_fields(const std::uint8_t* p) {
 }
 
 /// Per 16-byte lane k: the 16 bytes at p + Off + k * Stride (k < Tag::bytes / 16). Reads within
-/// [p, p + Avail) only (Avail >= the end of the last lane's bytes).
+/// [p, p + Avail) only (Avail >= the end of the last lane's bytes). AVX-512: four 16-byte loads
+/// into the lanes (load_lanes). A word gather from the step's bytes (two 64-byte loads, the
+/// second masked, and one vpermt2w) computed as fast from L2 but streamed cold rows at half
+/// the rate or less on Zen 5: Q4_0 / Q4_1 / Q5_0 / IQ4_NL GEMV, 4096 x 4096 and 4096 x 11008,
+/// 1 thread pinned, 3 alternated rounds, 1.24-2.05x with the loads into lanes (0.45-0.75 ->
+/// 0.79-1.00 of `membw`), warm L2 level (docs/kernels.md, "The plain 32-value bodies on
+/// AVX-512: loads into lanes").
 template <class Tag, int Stride, int Off, int Avail = Off + 3 * Stride + 16>
 inline VU8<Tag> lane_blocks(const std::uint8_t* p) {
+  static_assert(Off + (Tag::bytes / 16 - 1) * Stride + 16 <= Avail, "reads past Avail");
   if constexpr (Tag::bytes == 64) {
 #if defined(NIBBLE_K_AVX512)
-    if constexpr (Off % 2 == 0 && Stride % 2 == 0) {
-      static constexpr LaneWordIdx<Stride, Off, 16> kIdx{};
-      return VU8<Tag>(gather_words512<Off + 3 * Stride + 16, Avail>(p, kIdx.w));
-    } else {
-      const void* q[4] = {p + Off, p + Off + Stride, p + Off + 2 * Stride, p + Off + 3 * Stride};
-      return load_lanes<Tag>(q);
-    }
+    const void* q[4] = {p + Off, p + Off + Stride, p + Off + 2 * Stride, p + Off + 3 * Stride};
+    return load_lanes<Tag>(q);
 #endif
   } else {
     return VU8<Tag>(_mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + Off + Stride),
