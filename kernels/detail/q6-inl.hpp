@@ -184,6 +184,20 @@ struct Q6Simd {
   using RowScales =
       std::conditional_t<kPerm, ScalesPerm, std::conditional_t<kVperm, ScalesVperm, ScalesLookup>>;
 
+  /// The ScaledDot pattern of register v of half h, nibble n (not kPerm): one permute of the
+  /// widened scales (kVperm), or the scale and sign bytes looked up and or-ed.
+  template <int h, int v, int n>
+  static VI8<Tag> pattern(const RowScales& rs, const Patterns& pt) {
+    if constexpr (kVperm) {
+#if defined(NIBBLE_K_X86)
+      return as<std::int8_t>(permute_i32<Tag>(rs.s, loadu<std::int32_t, Tag>(pt.sub[h][v][n])));
+#endif
+    } else {
+      return lookup16<Tag>(rs.sc, loadu<std::uint8_t, Tag>(pt.sc[h][v][n])) |
+             lookup16<Tag>(rs.sg, loadu<std::uint8_t, Tag>(pt.sg[h][v][n]));
+    }
+  }
+
   template <int R, int C>
   static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t,
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
@@ -240,35 +254,14 @@ struct Q6Simd {
               isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(hi, a1),
                                                 as<std::int16_t>(permute_i32<Tag>(rs[r].t[1], i1)));
             }
-          } else if constexpr (kVperm) {
-#if defined(NIBBLE_K_X86)
-            const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
-            const Init i1 = loadu<typename Init::value_type, Tag>(p[b].init + o1);
-            const VI32<Tag> k0 = loadu<std::int32_t, Tag>(pt.sub[h][v][0]);
-            const VI32<Tag> k1 = loadu<std::int32_t, Tag>(pt.sub[h][v][1]);
-            for (int r = 0; r < R; ++r) {
-              VU8<Tag> lo, hi;
-              levels<h, v>(x[r], lo, hi);
-              isum[r] =
-                  SD::acc_init(isum[r], lo, a0, i0, as<std::int8_t>(permute_i32<Tag>(rs[r].s, k0)));
-              isum[r] =
-                  SD::acc_init(isum[r], hi, a1, i1, as<std::int8_t>(permute_i32<Tag>(rs[r].s, k1)));
-            }
-#endif
           } else {
             const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
             const Init i1 = loadu<typename Init::value_type, Tag>(p[b].init + o1);
-            const VU8<Tag> sc0 = loadu<std::uint8_t, Tag>(pt.sc[h][v][0]);
-            const VU8<Tag> sg0 = loadu<std::uint8_t, Tag>(pt.sg[h][v][0]);
-            const VU8<Tag> sc1 = loadu<std::uint8_t, Tag>(pt.sc[h][v][1]);
-            const VU8<Tag> sg1 = loadu<std::uint8_t, Tag>(pt.sg[h][v][1]);
             for (int r = 0; r < R; ++r) {
               VU8<Tag> lo, hi;
               levels<h, v>(x[r], lo, hi);
-              const VI8<Tag> p0 = lookup16<Tag>(rs[r].sc, sc0) | lookup16<Tag>(rs[r].sg, sg0);
-              const VI8<Tag> p1 = lookup16<Tag>(rs[r].sc, sc1) | lookup16<Tag>(rs[r].sg, sg1);
-              isum[r] = SD::acc_init(isum[r], lo, a0, i0, p0);
-              isum[r] = SD::acc_init(isum[r], hi, a1, i1, p1);
+              isum[r] = SD::acc_init(isum[r], lo, a0, i0, pattern<h, v, 0>(rs[r], pt));
+              isum[r] = SD::acc_init(isum[r], hi, a1, i1, pattern<h, v, 1>(rs[r], pt));
             }
           }
         });
