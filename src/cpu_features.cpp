@@ -29,6 +29,8 @@ CpuFeatures detect() {
   const unsigned max_leaf = a;
   f.amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const unsigned base_family = (a >> 8) & 0xFu;
+  f.family = static_cast<int>(base_family == 15u ? base_family + ((a >> 20) & 0xFFu) : base_family);
   const bool osxsave = (c >> 27) & 1u;
   const bool cpu_avx = (c >> 28) & 1u;
   const bool cpu_fma = (c >> 12) & 1u;

@@ -115,26 +115,31 @@ TEST(Dispatch, EveryIsaThisCpuRunsIsBuilt) {
 #endif
 }
 
-// CpuFeatures::amd (a tuning input: the packed GEMV's L2 prefetch) agrees with the vendor the
-// operating system reports in /proc/cpuinfo. Under qemu-user (the emulated runs set
-// NIBBLE_EXPECT_BEST) CPUID is the emulated model's while /proc/cpuinfo is the host's, so there
-// is nothing to compare.
+// CpuFeatures::amd and ::family (tuning inputs: the packed GEMV's L2 prefetch, the Q8_0 GEMV's
+// row grouping) agree with the vendor and family the operating system reports in /proc/cpuinfo.
+// Under qemu-user (the emulated runs set NIBBLE_EXPECT_BEST) CPUID is the emulated model's while
+// /proc/cpuinfo is the host's, so there is nothing to compare.
 TEST(Dispatch, AmdFlagMatchesProcCpuinfo) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
   if (std::getenv("NIBBLE_EXPECT_BEST") != nullptr) GTEST_SKIP() << "emulated CPU";
   std::ifstream in("/proc/cpuinfo");
   ASSERT_TRUE(in.is_open());
   std::string line, vendor;
-  while (vendor.empty() && std::getline(in, line)) {
+  int family = -1;
+  while ((vendor.empty() || family < 0) && std::getline(in, line)) {
     const std::size_t colon = line.find(':');
-    if (line.rfind("vendor_id", 0) == 0 && colon != std::string::npos) {
-      std::istringstream(line.substr(colon + 1)) >> vendor;
-    }
+    if (colon == std::string::npos) continue;
+    if (line.rfind("vendor_id", 0) == 0) std::istringstream(line.substr(colon + 1)) >> vendor;
+    if (line.rfind("cpu family", 0) == 0) std::istringstream(line.substr(colon + 1)) >> family;
   }
   ASSERT_FALSE(vendor.empty());
   EXPECT_EQ(nibble::cpu_features().amd, vendor == "AuthenticAMD") << vendor;
+  // CpuFeatures::family (a tuning input too) is the family the kernel reports.
+  ASSERT_GE(family, 0);
+  EXPECT_EQ(nibble::cpu_features().family, family);
 #else
   EXPECT_FALSE(nibble::cpu_features().amd);
+  EXPECT_EQ(nibble::cpu_features().family, 0);
 #endif
 }
 

@@ -143,7 +143,8 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
 
 /// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on every x86
 /// core unless the tests' override (detail::set_vendor_tuning_override) is 0, elsewhere only
-/// when it is 1. On a 2-core Sapphire Rapids-class VM one core reads 4 sequential streams
+/// when it is 1 (a body may still opt out: Q8_0 on AMD's family-25 cores, Q8_0Simd::
+/// adjacent_groups). On a 2-core Sapphire Rapids-class VM one core reads 4 sequential streams
 /// prefetched 3 KiB ahead into L1 at 12-16 GB/s and R adjacent rows (one region, R interleaved
 /// positions) with the group-ahead L2 prefetch at 7-11; a standalone loop of the plain Q4_K row
 /// shape (2304-byte rows, 4 rows per group, one body step of 192 bytes per row, 5 alternated

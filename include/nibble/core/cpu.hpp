@@ -24,6 +24,10 @@ struct CpuFeatures {
   /// differ between AMD and Intel cores (the packed GEMV's L2 prefetch and stream count), never
   /// for correctness.
   bool amd = false;
+  /// x86: the display family of CPUID leaf 1 (the base family, plus the extended family when
+  /// the base is 15; 0 elsewhere). AMD's Zen 3 and Zen 4 are 25, Zen 5 is 26. A tuning input
+  /// only, like `amd` (the Q8_0 GEMV's row grouping on AMD family 25), never for correctness.
+  int family = 0;
   // aarch64
   bool neon = false;     ///< Advanced SIMD (always present on aarch64)
   bool dotprod = false;  ///< Armv8.2 SDOT/UDOT (HWCAP_ASIMDDP)
@@ -38,10 +42,10 @@ namespace detail {
 /// (kernels/detail/packed-driver-inl.hpp), and the plain layouts' far-apart row streams
 /// (gemv_row_streams in kernels/detail/intrin-common.hpp). -1 (the default) decides from the CPU:
 /// the packed choices from cpu_features().amd, row streams on every x86 core (except Q6_K on
-/// AMD's 32-byte tags); 0 takes the AMD packed choices and no row streams anywhere; 1 the Intel
-/// packed choices and row streams everywhere (on Arm the four streams and the row streams are
-/// taken only with 1). So tests run every code path on any CPU. No choice changes a result.
-/// Thread-safe; not meant for use while products run on other threads.
+/// AMD's 32-byte tags, and Q8_0 on AMD's family-25 cores); 0 takes the AMD packed choices and no
+/// row streams anywhere; 1 the Intel packed choices and row streams everywhere (on Arm the four
+/// streams and the row streams are taken only with 1). So tests run every code path on any CPU. No
+/// choice changes a result. Thread-safe; not meant for use while products run on other threads.
 void set_vendor_tuning_override(int v);
 /// The value set_vendor_tuning_override last stored (-1 by default).
 int vendor_tuning_override();
