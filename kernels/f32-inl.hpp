@@ -199,9 +199,13 @@ struct FloatGemv {
       if constexpr (E == FloatElem::f32) {
         return gemv_groups<FourStreams, 4, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
-        // Eight adjacent rows, or under row streams kFourStreamRows far-apart ones.
-        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::EightRows, 8, kFourStreamRows>(
-            w, wrb, r0, r1, Y, a, arb, cols);
+        // Eight adjacent rows, or under row streams kFourStreamRows far-apart ones (not for f16
+        // on AMD's family-25 cores, see four_streams()).
+        using Eight = typename FloatGemv<Ymm<Tag>, E>::EightRows;
+        if (E == FloatElem::f16 && amd_family25_tuning()) {
+          return gemv_groups<Eight, 8, 1>(w, wrb, r0, r1, Y, a, arb, cols);
+        }
+        return gemv_groups<Eight, 8, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       } else {
         return gemv_groups<FloatGemv, 4, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       }
@@ -235,6 +239,13 @@ struct FloatGemv {
   ///   docs/kernels.md, "f16 / bf16 on Zen 5: row streams of the eight-row body"). These sums
   ///   are in another order than the Intel scheme's (8 lanes x 2 accumulators against Tag lanes
   ///   x kU), so the last bits of an output depend on the vendor, within the GEMV tolerance.
+  /// - f16 on AMD's family-25 cores (Zen 3 / Zen 4; amd_family25_tuning): the eight adjacent
+  ///   rows with `far`, not row streams. Zen 4 (2-core VM, 32 GB/s on one core), 4096 x 4096,
+  ///   11008 x 4096, 4096 x 11008, AVX2 / AVX-512, 3 alternated rounds, medians of per-round
+  ///   ratios: 1 thread 1.07 / 0.96, 1.09 / 1.00, 1.22 / 1.15, 2 threads 1.06 / 0.84, 1.03 /
+  ///   0.98, 1.04 / 1.24; the ratio to the paired bandwidth rose in all twelve rows (0.65-0.84
+  ///   -> 0.71-0.92); an in-process A/B beside ggml: 1.09-1.23 / 1.00-1.19 (1 / 2 threads).
+  ///   bf16 measured level and keeps the row streams.
   /// - bf16 on AVX2 / AVX-VNNI: four rows at once with `far`, the body above (kU accumulators,
   ///   so the same results as the Intel scheme). Eight rows of EightRows read worse there at
   ///   4096 x 11008 (0.67 -> 0.58); four rows 0.70-0.88 -> 0.85-0.96 (4 rounds of alternated

@@ -225,12 +225,9 @@ struct Q8_0Simd {
   /// rounds, median ratios, 1 thread: 4096 x 4096 1.09 (AVX-512) / 1.36 (AVX2), 11008 x 4096
   /// 1.18 / 1.24, 4096 x 11008 1.33 / 1.37 (0.65-0.74 -> 0.81-0.90 of `membw`); 2 threads level
   /// (0.94-1.05). Zen 5 keeps the row streams, measured there (docs/kernels.md, "Zen 4: the
-  /// row streams, Q8_0's adjacent groups"). Zen 3 was not measured. A row's operations do not
-  /// depend on the grouping, so neither do the results.
-  static bool adjacent_groups() {
-    static const bool zen34 = cpu_features().amd && cpu_features().family == 25;
-    return zen34 && detail::vendor_tuning_override() < 0;
-  }
+  /// row streams, adjacent groups for Q8_0 and f16"). Zen 3 was not measured. A row's operations do
+  /// not depend on the grouping, so neither do the results.
+  static bool adjacent_groups() { return amd_family25_tuning(); }
 
   static void gemm(const void* Wv, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                    std::int64_t cols, const void* Av, std::size_t arb, std::int64_t n, float* Y,

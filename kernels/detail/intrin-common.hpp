@@ -143,8 +143,8 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
 
 /// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on every x86
 /// core unless the tests' override (detail::set_vendor_tuning_override) is 0, elsewhere only
-/// when it is 1 (a body may still opt out: Q8_0 on AMD's family-25 cores, Q8_0Simd::
-/// adjacent_groups). On a 2-core Sapphire Rapids-class VM one core reads 4 sequential streams
+/// when it is 1 (bodies may still opt out: Q8_0 and f16 on AMD's family-25 cores,
+/// amd_family25_tuning). On a 2-core Sapphire Rapids-class VM one core reads 4 sequential streams
 /// prefetched 3 KiB ahead into L1 at 12-16 GB/s and R adjacent rows (one region, R interleaved
 /// positions) with the group-ahead L2 prefetch at 7-11; a standalone loop of the plain Q4_K row
 /// shape (2304-byte rows, 4 rows per group, one body step of 192 bytes per row, 5 alternated
@@ -160,6 +160,15 @@ inline bool gemv_row_streams() {
 #else
   return detail::vendor_tuning_override() == 1;
 #endif
+}
+
+/// Whether this is one of AMD's family-25 cores (Zen 3 / Zen 4) under the CPU's own tuning (no
+/// test override): there the Q8_0 and f16 GEMVs read adjacent row groups instead of row streams
+/// (Q8_0Simd::adjacent_groups, FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row
+/// streams, adjacent groups for Q8_0 and f16"). Decided once per process.
+inline bool amd_family25_tuning() {
+  static const bool zen34 = cpu_features().amd && cpu_features().family == 25;
+  return zen34 && detail::vendor_tuning_override() < 0;
 }
 
 /// Rows per run when n rows are read as RS far-apart row streams (gemv_row_streams), or 0 when

@@ -26,7 +26,8 @@ struct CpuFeatures {
   bool amd = false;
   /// x86: the display family of CPUID leaf 1 (the base family, plus the extended family when
   /// the base is 15; 0 elsewhere). AMD's Zen 3 and Zen 4 are 25, Zen 5 is 26. A tuning input
-  /// only, like `amd` (the Q8_0 GEMV's row grouping on AMD family 25), never for correctness.
+  /// only, like `amd` (the Q8_0 and f16 GEMVs' row grouping on AMD family 25), never for
+  /// correctness.
   int family = 0;
   // aarch64
   bool neon = false;     ///< Advanced SIMD (always present on aarch64)
@@ -42,8 +43,8 @@ namespace detail {
 /// (kernels/detail/packed-driver-inl.hpp), and the plain layouts' far-apart row streams
 /// (gemv_row_streams in kernels/detail/intrin-common.hpp). -1 (the default) decides from the CPU:
 /// the packed choices from cpu_features().amd, row streams on every x86 core (except Q6_K on
-/// AMD's 32-byte tags, and Q8_0 on AMD's family-25 cores); 0 takes the AMD packed choices and no
-/// row streams anywhere; 1 the Intel packed choices and row streams everywhere (on Arm the four
+/// AMD's 32-byte tags, and Q8_0 / f16 on AMD's family-25 cores); 0 takes the AMD packed choices and
+/// no row streams anywhere; 1 the Intel packed choices and row streams everywhere (on Arm the four
 /// streams and the row streams are taken only with 1). So tests run every code path on any CPU. No
 /// choice changes a result. Thread-safe; not meant for use while products run on other threads.
 void set_vendor_tuning_override(int v);
