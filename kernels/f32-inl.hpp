@@ -202,8 +202,9 @@ struct FloatGemv {
         // Eight adjacent rows, or under row streams kFourStreamRows far-apart ones (not for f16
         // on AMD's family-25 cores, see four_streams()).
         using Eight = typename FloatGemv<Ymm<Tag>, E>::EightRows;
-        if (E == FloatElem::f16 && amd_family25_tuning()) {
-          return gemv_groups<Eight, 8, 1>(w, wrb, r0, r1, Y, a, arb, cols);
+        if constexpr (E == FloatElem::f16) {
+          if (amd_family25_tuning())
+            return gemv_groups<Eight, 8, 1>(w, wrb, r0, r1, Y, a, arb, cols);
         }
         return gemv_groups<Eight, 8, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       } else {

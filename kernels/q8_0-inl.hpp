@@ -218,17 +218,6 @@ struct Q8_0Simd {
     });
   }
 
-  /// Whether the GEMV reads adjacent row groups with the next group's L2 prefetch (gemv_groups
-  /// with one stream) instead of far-apart row streams (gemv_row_streams): on AMD's family-25
-  /// cores (Zen 3 / Zen 4) under the CPU's own tuning (no test override). On a Zen 4 core
-  /// (2-core VM, 32 GB/s from DRAM on one core), nibble-bench cold, the builds alternated over 3
-  /// rounds, median ratios, 1 thread: 4096 x 4096 1.09 (AVX-512) / 1.36 (AVX2), 11008 x 4096
-  /// 1.18 / 1.24, 4096 x 11008 1.33 / 1.37 (0.65-0.74 -> 0.81-0.90 of `membw`); 2 threads level
-  /// (0.94-1.05). Zen 5 keeps the row streams, measured there (docs/kernels.md, "Zen 4: the
-  /// row streams, adjacent groups for Q8_0 and f16"). Zen 3 was not measured. A row's operations do
-  /// not depend on the grouping, so neither do the results.
-  static bool adjacent_groups() { return amd_family25_tuning(); }
-
   static void gemm(const void* Wv, std::size_t wrb, std::int64_t r0, std::int64_t r1,
                    std::int64_t cols, const void* Av, std::size_t arb, std::int64_t n, float* Y,
                    std::int64_t ldy) {
@@ -244,7 +233,13 @@ struct Q8_0Simd {
       if constexpr (!std::is_same_v<Ymm<Tag>, Tag>) {
         return Q8_0Simd<Ymm<Tag>>::gemm(Wv, wrb, r0, r1, cols, Av, arb, n, Y, ldy);
       } else {
-        if (adjacent_groups()) {
+        // AMD's family-25 cores (Zen 3 / Zen 4): adjacent row groups with the next group's L2
+        // prefetch, not row streams. Zen 4 (2-core VM, 32 GB/s from DRAM on one core), cold, the
+        // builds alternated over 3 rounds, median ratios, 1 thread: 4096 x 4096 1.09 (AVX-512) /
+        // 1.36 (AVX2), 11008 x 4096 1.18 / 1.24, 4096 x 11008 1.33 / 1.37 (0.65-0.74 -> 0.81-0.90
+        // of `membw`); 2 threads level (0.94-1.05); Zen 3 not measured (docs/kernels.md, "Zen 4:
+        // the row streams, adjacent groups for Q8_0 and f16"). Same results either way.
+        if (amd_family25_tuning()) {
           return gemv_groups<Q8_0Simd, kR1, 1>(w, wrb, r0, r1, Y, a, arb, nb, cols);
         }
         return gemv_groups<Q8_0Simd, kR1>(w, wrb, r0, r1, Y, a, arb, nb, cols);

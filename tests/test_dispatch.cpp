@@ -115,10 +115,10 @@ TEST(Dispatch, EveryIsaThisCpuRunsIsBuilt) {
 #endif
 }
 
-// CpuFeatures::amd and ::family (tuning inputs: the packed GEMV's L2 prefetch, the Q8_0 GEMV's
-// row grouping) agree with the vendor and family the operating system reports in /proc/cpuinfo.
-// Under qemu-user (the emulated runs set NIBBLE_EXPECT_BEST) CPUID is the emulated model's while
-// /proc/cpuinfo is the host's, so there is nothing to compare.
+// CpuFeatures::amd and ::family (tuning inputs: the packed GEMV's L2 prefetch, the Q8_0 and f16
+// GEMVs' row grouping) agree with the vendor and family the operating system reports in
+// /proc/cpuinfo. Under qemu-user (the emulated runs set NIBBLE_EXPECT_BEST) CPUID is the emulated
+// model's while /proc/cpuinfo is the host's, so there is nothing to compare.
 TEST(Dispatch, AmdFlagMatchesProcCpuinfo) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
   if (std::getenv("NIBBLE_EXPECT_BEST") != nullptr) GTEST_SKIP() << "emulated CPU";

@@ -164,7 +164,7 @@ inline bool gemv_row_streams() {
 
 /// Whether this is one of AMD's family-25 cores (Zen 3 / Zen 4) under the CPU's own tuning (no
 /// test override): there the Q8_0 and f16 GEMVs read adjacent row groups instead of row streams
-/// (Q8_0Simd::adjacent_groups, FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row
+/// (Q8_0Simd::gemm, FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row
 /// streams, adjacent groups for Q8_0 and f16"). Decided once per process.
 inline bool amd_family25_tuning() {
   static const bool zen34 = cpu_features().amd && cpu_features().family == 25;
