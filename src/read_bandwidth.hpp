@@ -9,7 +9,10 @@
 // reach what a core can read on every machine. On a 2-core Sapphire Rapids-class VM (Intel, family
 // 6; 9-10 GB/s as one stream) four prefetched streams read up to 15.8 GB/s, and the q4_0.x16 /
 // q8_0.x16 GEMVs (four prefetched streams) read 1.5x the one-stream sweep; on a Zen 5 VM two
-// prefetched streams read 1.1-1.3x one stream (docs/benchmarks.md, "The roofline").
+// prefetched streams read 1.1-1.3x one stream (docs/benchmarks.md, "The roofline"). On a Zen 4 VM
+// (2026-12-04, fifth session) the prefetches cost instead: 7 alternated rounds, medians, GB/s, one
+// thread: 1 stream 24.5, 2 / 4 streams with L1 prefetch 23.1 / 23.5, with L1+L2 22.3 / 22.4, 2 / 4
+// streams without prefetch 25.7 / 25.6 (8: 24.3); hence the two plain multi-stream patterns.
 #pragma once
 
 #include <cstddef>
@@ -68,6 +71,8 @@ inline constexpr const char* kReadPatternNames[] = {
     "2 streams, L1+L2 prefetch",
     "4 streams, L1 prefetch",
     "4 streams, L1+L2 prefetch",
+    "2 streams",
+    "4 streams",
 };
 inline constexpr int kNumReadPatterns =
     static_cast<int>(sizeof(kReadPatternNames) / sizeof(kReadPatternNames[0]));
@@ -85,6 +90,10 @@ inline constexpr int kNumReadPatterns =
       return sum_words<4, true, false>(p, n);
     case 4:
       return sum_words<4, true, true>(p, n);
+    case 5:
+      return sum_words<2, false, false>(p, n);
+    case 6:
+      return sum_words<4, false, false>(p, n);
     default:
       return sum_words<1, false, false>(p, n);
   }
