@@ -109,6 +109,21 @@ struct Q6Simd {
           static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y, static_cast<const std::uint8_t*>(A),
           arb, cols / 256, cols);
     };
+    if constexpr (TagInfo<Tag>::family == Family::x86) {
+      // AMD's family-25 cores (Zen 3 / Zen 4): one row at a time in address order without
+      // software prefetch (see run), on the 256-bit pmaddubsw body (kPerm) also for the AVX-512
+      // tables, whose re-laid-out activation row starts with the plain Q8_K blocks it reads. The
+      // zmm body read at most 0.6 of `membw` on Zen 4 in every grouping tried; this one 0.7-0.8
+      // (docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body").
+      if (amd_family25_tuning()) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+        gemv_groups<Q6Simd<Avx2Tag>, 1, 1>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
+                                           static_cast<const std::uint8_t*>(A), arb, cols / 256,
+                                           cols);
+        return;
+#endif
+      }
+    }
     if constexpr (TagInfo<Tag>::family == Family::x86 && Tag::bytes == 32) {
       // AMD's cores: two row streams, not four. On a Zen 5 core (3 alternated rounds, cold,
       // 4096 x 4096, 11008 x 4096, 4096 x 11008, AVX2 and AVX-VNNI, 1 / 2 threads) against
@@ -203,6 +218,13 @@ struct Q6Simd {
                   std::int64_t nb, std::int64_t cols, float* Y, std::int64_t, std::size_t far = 0) {
     static_assert(C == 1, "GEMV body");
     constexpr int kPrefetch = kKQuantL1Prefetch<Tag> ? 640 : 0;  // see simd.hpp
+    // No software prefetch on AMD's family-25 cores (the 256-bit body; see gemm): there the
+    // hardware prefetchers alone stream the rows faster. Zen 4, nibble-bench AVX2 cold, 3
+    // alternated rounds, medians of per-round ratios, 1 / 2 threads, two row streams without
+    // against with the prefetches: 4096 x 4096 1.38 / 1.13, 11008 x 4096 1.44 / 1.23, 4096 x
+    // 11008 1.13 / 1.07. Prefetches only: the results do not change.
+    const bool sw_prefetch =
+        !(TagInfo<Tag>::family == Family::x86 && kW == 32 && amd_family25_tuning());
     const Patterns& pt = patterns();
     const auto* a = reinterpret_cast<const BlockQ8_K*>(A);
     const Prep* p = nullptr;  // the starting values (kPerm: none, A is the plain Q8_K row)
@@ -216,9 +238,11 @@ struct Q6Simd {
       for (int r = 0; r < R; ++r) {
         x[r] = reinterpret_cast<const BlockQ6_K*>(W + r * wrb) + b;
         const char* c = reinterpret_cast<const char*>(x[r]);
-        for (int o = 0; o < 256; o += 64) {
-          if constexpr (kPrefetch > 0) prefetch_l1(c + kPrefetch + o);
-          prefetch_far(reinterpret_cast<const std::uint8_t*>(c) + o, far);
+        if (sw_prefetch) {
+          for (int o = 0; o < 256; o += 64) {
+            if constexpr (kPrefetch > 0) prefetch_l1(c + kPrefetch + o);
+            prefetch_far(reinterpret_cast<const std::uint8_t*>(c) + o, far);
+          }
         }
         if constexpr (kPerm) {
 #if defined(NIBBLE_K_X86)
