@@ -219,8 +219,9 @@ struct FloatGemv {
     gemv_groups<FloatGemv, 2, kStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
   }
 
-  /// Whether the GEMV takes the streaming scheme measured on AMD cores (decided once per process
-  /// from the CPU vendor; Intel cores keep the scheme above, which they were tuned on):
+  /// Whether the GEMV takes the streaming scheme measured on AMD cores (decided from the CPU
+  /// vendor, or by the tests' override 2, amd_family25_tuning; Intel cores keep the scheme above,
+  /// which they were tuned on):
   /// - f32: four rows at once, each prefetched kFourStreamsAhead bytes ahead into L1, without the
   ///   next group's L2 prefetch (gemv_groups' far). On a Zen 5 core (2-core VM, 28-35 GB/s from
   ///   DRAM on one core; 4096 x 4096, cold, 3 rounds alternating the settings, median ratio to
@@ -253,7 +254,7 @@ struct FloatGemv {
   ///   binaries, 1 and 2 threads).
   static bool four_streams() {
     static const bool on = cpu_features().amd;
-    return on;
+    return on || amd_family25_tuning();  // the latter: the tests' override 2 on any CPU
   }
   static constexpr std::size_t kFourStreamsAhead = 1024;
   /// Rows per group of the four_streams schemes under row streams (gemv_row_streams).

@@ -99,6 +99,7 @@ int vendor_tuning_override() {
 }
 bool intel_streaming_tuning() {
   const int o = vendor_tuning_override();
+  if (o == 2) return false;  // AMD family 25's choices
   return o == 0 || o == 1 ? o == 1 : !cpu_features().amd;
 }
 }  // namespace detail

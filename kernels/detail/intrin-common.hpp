@@ -162,13 +162,16 @@ inline bool gemv_row_streams() {
 #endif
 }
 
-/// Whether this is one of AMD's family-25 cores (Zen 3 / Zen 4) under the CPU's own tuning (no
-/// test override): there the Q8_0 and f16 GEMVs read adjacent row groups instead of row streams
-/// (Q8_0Simd::gemm, FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row
-/// streams, adjacent groups for Q8_0 and f16"). Decided once per process.
+/// Whether to take the choices measured on AMD's family-25 cores (Zen 3 / Zen 4): on such a core
+/// under the CPU's own tuning (no test override), or on any CPU under the tests' override 2. There
+/// the Q8_0 and f16 GEMVs read adjacent row groups instead of row streams (Q8_0Simd::gemm,
+/// FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row streams, adjacent groups for Q8_0
+/// and f16") and the Q6_K GEMV one row at a time on the 256-bit body without software prefetch
+/// (Q6Simd::gemm; docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body").
 inline bool amd_family25_tuning() {
   static const bool zen34 = cpu_features().amd && cpu_features().family == 25;
-  return zen34 && detail::vendor_tuning_override() < 0;
+  const int o = detail::vendor_tuning_override();
+  return o == 2 || (zen34 && o < 0);
 }
 
 /// Rows per run when n rows are read as RS far-apart row streams (gemv_row_streams), or 0 when

@@ -43,10 +43,15 @@ namespace detail {
 /// (kernels/detail/packed-driver-inl.hpp), and the plain layouts' far-apart row streams
 /// (gemv_row_streams in kernels/detail/intrin-common.hpp). -1 (the default) decides from the CPU:
 /// the packed choices from cpu_features().amd, row streams on every x86 core (except Q6_K on
-/// AMD's 32-byte tags, and Q8_0 / f16 on AMD's family-25 cores); 0 takes the AMD packed choices and
-/// no row streams anywhere; 1 the Intel packed choices and row streams everywhere (on Arm the four
-/// streams and the row streams are taken only with 1). So tests run every code path on any CPU. No
-/// choice changes a result. Thread-safe; not meant for use while products run on other threads.
+/// AMD's 32-byte tags, and Q8_0 / f16 / Q6_K on AMD's family-25 cores); 0 takes the AMD packed
+/// choices and no row streams anywhere; 1 the Intel packed choices and row streams everywhere (on
+/// Arm the four streams and the row streams are taken only with 1); 2 the choices of AMD's
+/// family-25 cores (Zen 3 / Zen 4: the AMD packed choices, the AMD float GEMV schemes, Q8_0 and
+/// f16 in adjacent groups, Q6_K one row at a time on the 256-bit body) on any CPU. So tests run
+/// every code path on any CPU. 0 and 1 never change a result; with 2 (and on family-25 cores) the
+/// Q6_K GEMV of the AVX-512 tables gives the AVX2 table's results, and the float formats' GEMV
+/// those of AMD's scheme (both within the GEMV tolerance). Thread-safe; not meant for use while
+/// products run on other threads.
 void set_vendor_tuning_override(int v);
 /// The value set_vendor_tuning_override last stored (-1 by default).
 int vendor_tuning_override();
