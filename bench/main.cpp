@@ -161,13 +161,14 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("membw_bytes", std::to_string(config().membw_bytes));
   benchmark::AddCustomContext("l2_bytes", std::to_string(config().l2_bytes));
   // A/B switch for the vendor-specific streaming tunings (docs/kernels.md): 0 runs the AMD-tuned
-  // stream layouts, 1 the Intel-tuned ones, on whatever CPU this is.
+  // stream layouts, 1 the Intel-tuned ones, 2 the choices of AMD's family-25 cores (Zen 3 / Zen 4),
+  // on whatever CPU this is.
   if (const char* v = std::getenv("NIBBLE_BENCH_VENDOR_TUNING")) {
-    if ((v[0] == '0' || v[0] == '1') && v[1] == '\0') {
+    if (v[0] >= '0' && v[0] <= '2' && v[1] == '\0') {
       nibble::detail::set_vendor_tuning_override(v[0] - '0');
       benchmark::AddCustomContext("vendor_tuning_override", v);
     } else {
-      std::fprintf(stderr, "NIBBLE_BENCH_VENDOR_TUNING must be 0 or 1, got '%s'\n", v);
+      std::fprintf(stderr, "NIBBLE_BENCH_VENDOR_TUNING must be 0, 1 or 2, got '%s'\n", v);
       return 1;
     }
   }
