@@ -525,6 +525,17 @@ TEST_P(BasicKernels, Nf4GemvNonFiniteActivations) {
   }
 }
 
+// The tests that switch the vendor tunings (detail::set_vendor_tuning_override): restores the
+// CPU's own choice when they end, also on a failed assertion.
+struct TuningRestore {
+  ~TuningRestore() { nibble::detail::set_vendor_tuning_override(-1); }
+};
+
+// Whether f is a weight format (not one of the activation formats q8_K / q8_1).
+bool is_weight_format(Format f) {
+  return f != Format::q8_K && f != Format::q8_1;
+}
+
 // The plain-layout GEMV reads a thread's rows either as groups of adjacent rows (AMD tuning) or
 // as far-apart row streams (Intel tuning, gemv_groups in kernels/detail/intrin-common.hpp): both
 // give the same bits for every weight format, on every ISA, with 1 and 3 threads and row counts
@@ -532,14 +543,12 @@ TEST_P(BasicKernels, Nf4GemvNonFiniteActivations) {
 // GemmMatchesEigenAndScalar checks whichever tuning this CPU picks against Eigen; this covers the
 // other one.
 TEST_P(BasicKernels, GemvRowStreamsAgree) {
-  struct Restore {
-    ~Restore() { nibble::detail::set_vendor_tuning_override(-1); }
-  } restore;
+  const TuningRestore restore;
   const std::int64_t cols = 256;
   const auto x = nt::random_normal(static_cast<std::size_t>(cols), 91);
   for (int fi = 0; fi <= static_cast<int>(nibble::kLastFormat); ++fi) {
     const Format f = static_cast<Format>(fi);
-    if (f == Format::q8_K || f == Format::q8_1) continue;  // activation formats
+    if (!is_weight_format(f)) continue;
     for (std::int64_t rows : {35, 64, 150, 272}) {
       const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols),
                                        static_cast<std::uint32_t>(rows + fi), 0.05f);
@@ -579,14 +588,12 @@ TEST_P(BasicKernels, GemvRowStreamsAgree) {
 // schemes differ only in the order of the float steps, so every output agrees within 1e-5 of
 // sum_k |w_k x_k| (the dequantized weights), on every ISA, with 1 and 3 threads.
 TEST_P(BasicKernels, GemvFamily25SchemesAgree) {
-  struct Restore {
-    ~Restore() { nibble::detail::set_vendor_tuning_override(-1); }
-  } restore;
+  const TuningRestore restore;
   const std::int64_t cols = 512;
   const auto x = nt::random_normal(static_cast<std::size_t>(cols), 93);
   for (int fi = 0; fi <= static_cast<int>(nibble::kLastFormat); ++fi) {
     const Format f = static_cast<Format>(fi);
-    if (f == Format::q8_K || f == Format::q8_1) continue;  // activation formats
+    if (!is_weight_format(f)) continue;
     for (std::int64_t rows : {35, 150}) {
       const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols),
                                        static_cast<std::uint32_t>(3 * rows + fi), 0.05f);
