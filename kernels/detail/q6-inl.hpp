@@ -113,8 +113,9 @@ struct Q6Simd {
       // AMD's family-25 cores (Zen 3 / Zen 4): one row at a time in address order without
       // software prefetch (see run), on the 256-bit pmaddubsw body (kPerm) also for the AVX-512
       // tables, whose re-laid-out activation row starts with the plain Q8_K blocks it reads. The
-      // zmm body read at most 0.6 of `membw` on Zen 4 in every grouping tried; this one 0.7-0.8
-      // (docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body").
+      // zmm body read 0.47-0.64 of the paired bandwidth on one Zen 4 thread, this one 0.64-0.92
+      // (nibble-bench, 3 alternated rounds: 1.35-1.67x at 4096 columns, level at 4096 x 11008;
+      // docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body").
       if (amd_family25_tuning()) {
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
         gemv_groups<Q6Simd<Avx2Tag>, 1, 1>(static_cast<const std::uint8_t*>(W), wrb, r0, r1, Y,
