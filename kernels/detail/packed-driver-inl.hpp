@@ -126,7 +126,9 @@ template <class K>
                                                       typename K::State& st, std::size_t l1,
                                                       bool l2) {
   const std::uint8_t* gb = p + static_cast<std::size_t>(b) * K::kGroupBlock;
-  for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + l1 + l);
+  if (l1 != 0) {
+    for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l1(gb + l1 + l);
+  }
   if (l2) {
     for (std::size_t l = 0; l < K::kGroupBlock; l += 64) prefetch_l2(gb + kPackedPrefetchL2 + l);
   }
@@ -200,7 +202,14 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  const std::size_t l1 = packed_prefetch_l1(NS);
+  // No L1 prefetch for the large group blocks (Q4_K, Q5_K, Q6_K, IQ4_XS: 2.1-3.3 KiB) on AMD's
+  // family-25 cores: the hardware prefetchers stream them faster alone. Zen 4, nibble-bench cold,
+  // 3 alternated rounds, medians of per-round ratios: the packed Q4_K_M decode step (4 layers,
+  // AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 / 1.11 (AVX-512,
+  // 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K one row at
+  // a time on the 256-bit body", its last paragraph). The small blocks (Q4_0, NF4) lost 5-23 %.
+  const std::size_t l1 =
+      K::kGroupBlock >= 2048 && amd_family25_tuning() ? 0 : packed_prefetch_l1(NS);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
