@@ -207,7 +207,8 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   // 3 alternated rounds, medians of per-round ratios: the packed Q4_K_M decode step (4 layers,
   // AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 / 1.11 (AVX-512,
   // 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K one row at
-  // a time on the 256-bit body", its last paragraph). The small blocks (Q4_0, NF4) lost 5-23 %.
+  // a time on the 256-bit body", its last paragraph). Without it the small blocks lost up to 23 %
+  // (Q4_0 0.79-0.95, NF4 0.77-1.06).
   const std::size_t l1 =
       K::kGroupBlock >= 2048 && amd_family25_tuning() ? 0 : packed_prefetch_l1(NS);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
