@@ -59,17 +59,26 @@ constexpr int packed_streams(std::size_t group_block) {
 /// measured alike; 3 KiB was best on most rows.
 inline constexpr std::size_t kPackedPrefetch = 3072;
 
-/// The L1 prefetch distance of a packed_gemv reading `streams` streams, each prefetching its own
-/// block: kPackedPrefetch, except four streams on AMD cores (the group blocks under 1 KiB), which
-/// prefetch half as far, so that all streams together run as far ahead as two do (6 KiB). On a
-/// Zen 5 core (35-38 GB/s from DRAM on one core; 4096 x 4096 and 11008 x 4096, cold, 5 rounds
-/// rotating 3072, 1536 and 1024 bytes in one binary, median per-round ratio of the paired
-/// `x_membw`, 1 / 2 threads), 1536 against 3072: AVX-512 q4_0.x16 1.10-1.24, q4_1.x16 1.06-1.20,
-/// q5_0.x16 1.01-1.12, q5_1.x16 0.99-1.09, iq4_nl.x16 1.12-1.16, mxfp4.x16 1.03-1.08, nf4.x16
-/// 1.02-1.25, fp4.x16 1.06-1.15, q8_0.x16 0.94-1.08; AVX2 0.97-1.26 (docs/kernels.md, "The L1
-/// prefetch distance of four streams"). Intel cores (which add the L2 prefetch) keep 3072: not
-/// measured there.
-inline std::size_t packed_prefetch_l1(int streams) {
+/// The L1 prefetch distance (0: none) of a packed_gemv reading `streams` streams of `group_block`
+/// byte blocks, each prefetching its own block: kPackedPrefetch, except four streams on AMD cores
+/// (the group blocks under 1 KiB), which prefetch half as far, so that all streams together run as
+/// far ahead as two do (6 KiB). On a Zen 5 core (35-38 GB/s from DRAM on one core; 4096 x 4096 and
+/// 11008 x 4096, cold, 5 rounds rotating 3072, 1536 and 1024 bytes in one binary, median per-round
+/// ratio of the paired `x_membw`, 1 / 2 threads), 1536 against 3072: AVX-512 q4_0.x16 1.10-1.24,
+/// q4_1.x16 1.06-1.20, q5_0.x16 1.01-1.12, q5_1.x16 0.99-1.09, iq4_nl.x16 1.12-1.16,
+/// mxfp4.x16 1.03-1.08, nf4.x16 1.02-1.25, fp4.x16 1.06-1.15, q8_0.x16 0.94-1.08; AVX2 0.97-1.26
+/// (docs/kernels.md, "The L1 prefetch distance of four streams"). Intel cores (which add the L2
+/// prefetch) keep 3072: not measured there.
+///
+/// On AMD's family-25 cores (amd_family25_tuning) group blocks of 2 KiB or more (Q4_K, Q5_K, Q6_K,
+/// IQ4_XS: 2.1-3.3 KiB) get none (0): the hardware prefetchers stream them faster alone. Zen 4,
+/// nibble-bench cold, 3 alternated rounds, medians of per-round ratios: the packed Q4_K_M decode
+/// step (4 layers, AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 /
+/// 1.11 (AVX-512, 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K
+/// one row at a time on the 256-bit body", its last paragraph). Without it the small blocks lost
+/// up to 23 % (Q4_0 0.79-0.95, NF4 0.77-1.06), so they keep theirs.
+inline std::size_t packed_prefetch_l1(int streams, std::size_t group_block) {
+  if (group_block >= 2048 && amd_family25_tuning()) return 0;
   return streams == 4 && !detail::intel_streaming_tuning() ? kPackedPrefetch / 2 : kPackedPrefetch;
 }
 
@@ -202,15 +211,7 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  // No L1 prefetch for the large group blocks (Q4_K, Q5_K, Q6_K, IQ4_XS: 2.1-3.3 KiB) on AMD's
-  // family-25 cores: the hardware prefetchers stream them faster alone. Zen 4, nibble-bench cold,
-  // 3 alternated rounds, medians of per-round ratios: the packed Q4_K_M decode step (4 layers,
-  // AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 / 1.11 (AVX-512,
-  // 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K one row at
-  // a time on the 256-bit body", its last paragraph). Without it the small blocks lost up to 23 %
-  // (Q4_0 0.79-0.95, NF4 0.77-1.06).
-  const std::size_t l1 =
-      K::kGroupBlock >= 2048 && amd_family25_tuning() ? 0 : packed_prefetch_l1(NS);
+  const std::size_t l1 = packed_prefetch_l1(NS, K::kGroupBlock);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
