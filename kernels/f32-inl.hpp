@@ -196,6 +196,10 @@ struct FloatGemv {
     const auto* w = static_cast<const std::uint8_t*>(W);
     const auto* a = static_cast<const std::uint8_t*>(A);
     if (four_streams()) {
+      if (amd_family25_tuning() && cols * 4 <= one_row_x_family25()) {
+        return gemv_groups<typename FloatGemv<Ymm<Tag>, E>::OneRow, 1, 1>(w, wrb, r0, r1, Y, a, arb,
+                                                                          cols);
+      }
       if constexpr (E == FloatElem::f32) {
         return gemv_groups<FourStreams, 4, kFourStreamRows>(w, wrb, r0, r1, Y, a, arb, cols);
       } else if constexpr (E == FloatElem::f16 || Tag::bytes == 64) {
@@ -256,20 +260,35 @@ struct FloatGemv {
     static const bool on = cpu_features().amd;
     return on || amd_family25_tuning();  // the latter: the tests' override 2 on any CPU
   }
+  /// The largest activation row (bytes) that AMD's family-25 cores (amd_family25_tuning) read
+  /// one weight row at a time on 32-byte vectors (the ymm view on AVX-512 tags) with kU
+  /// accumulators and no software prefetch (OneRow): 12 KiB (3072 columns), for bf16 16 KiB.
+  /// Zen 4 (2-core VM), an in-process A/B beside ggml (cold, rotated copies, 5 rounds, medians of
+  /// per-round ratios against the schemes above, 1 thread, AVX-512 / AVX2 tables): f16 3072 x
+  /// 1024 2.51 / 2.45, 6144 x 2048 1.37 / 1.36, 8192 x 3072 1.47 / 1.56; bf16 1.26-1.39 /
+  /// 1.29-1.39; f32 1.04-1.26 / 0.99-1.13; 2 threads f16 1.07-2.27, bf16 1.08-1.30, f32
+  /// 1.01-1.26; at 4096 columns f16 0.97-1.00, bf16 1.15-1.20, f32 0.82-0.86; f16 at 6144 columns
+  /// 0.60 (docs/kernels.md, "Zen 4: small float rows one at a time"). These sums are in the order
+  /// of the 32-byte tags' own row-stream scheme (8 lanes x kU accumulators).
+  static std::int64_t one_row_x_family25() { return E == FloatElem::bf16 ? 16384 : 12288; }
   static constexpr std::size_t kFourStreamsAhead = 1024;
   /// Rows per group of the four_streams schemes under row streams (gemv_row_streams).
   static constexpr int kFourStreamRows = 4;
   /// run() for gemv_groups with U accumulators per row and, when `Ahead`, each row's lines
   /// prefetched kFourStreamsAhead on into L1 in place of `far` (the group size is gemv_groups').
-  template <int U, bool Ahead>
+  /// With Far false, neither (no software prefetch at all).
+  template <int U, bool Ahead, bool Far = true>
   struct Streams {
     template <int R, int C>
     static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
                     std::int64_t cols, float* Y, std::int64_t ldy, std::size_t far = 0) {
-      FloatGemv::run<R, C, U>(W, wrb, A, arb, cols, Y, ldy, Ahead ? 0 : far,
+      FloatGemv::run<R, C, U>(W, wrb, A, arb, cols, Y, ldy, Ahead || !Far ? 0 : far,
                               Ahead ? kFourStreamsAhead : 0);
     }
   };
+  /// One row at a time (gemv_groups<OneRow, 1, 1>) with kU accumulators and no software
+  /// prefetch: the hardware prefetchers follow the single stream (one_row_x_family25).
+  using OneRow = Streams<kU, false, false>;
   /// The four_streams scheme of f32: kU accumulators, the L1 prefetch instead of `far`.
   using FourStreams = Streams<kU, true>;
   /// The f16 / bf16 four_streams scheme: two accumulators per row, so that eight rows keep their

@@ -586,41 +586,48 @@ TEST_P(BasicKernels, GemvRowStreamsAgree) {
 // GemmMatchesEigenAndScalar never runs them. Every weight format's GEMV under override 2 against
 // the same product under override 0 (whose schemes that test and GemvRowStreamsAgree cover): the
 // schemes differ only in the order of the float steps, so every output agrees within 1e-5 of
-// sum_k |w_k x_k| (the dequantized weights), on every ISA, with 1 and 3 threads.
+// sum_k |w_k x_k| (the dequantized weights), on every ISA, with 1 and 3 threads. The float
+// formats also at 4352 columns: up to 3072 (bf16 4096) they read one row at a time there
+// (FloatGemv::one_row_x_family25), above it in their multi-row schemes.
 TEST_P(BasicKernels, GemvFamily25SchemesAgree) {
   const TuningRestore restore;
-  const std::int64_t cols = 512;
-  const auto x = nt::random_normal(static_cast<std::size_t>(cols), 93);
   for (int fi = 0; fi <= static_cast<int>(nibble::kLastFormat); ++fi) {
     const Format f = static_cast<Format>(fi);
     if (!is_weight_format(f)) continue;
-    for (std::int64_t rows : {35, 150}) {
-      const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols),
-                                       static_cast<std::uint32_t>(3 * rows + fi), 0.05f);
-      std::vector<std::uint8_t> q(nibble::row_bytes(f, cols) * static_cast<std::size_t>(rows));
-      nibble::quantize(f, w.data(), rows, cols, q.data());
-      std::vector<float> wd(static_cast<std::size_t>(rows * cols));
-      nibble::dequantize(f, q.data(), rows, cols, wd.data());
-      for (int threads : {1, 3}) {
-        nibble::Context ctx;
-        ctx.threads = threads;
-        std::vector<float> y[2];
-        for (int k = 0; k < 2; ++k) {
-          nibble::detail::set_vendor_tuning_override(k == 0 ? 0 : 2);
-          y[k].assign(static_cast<std::size_t>(rows), std::nanf(""));
-          nibble::detail::run_gemm(table(), ctx, f, q.data(), rows, cols, x.data(), 1, y[k].data());
-        }
-        for (std::int64_t r = 0; r < rows; ++r) {
-          double bound = 0;
-          for (std::int64_t c = 0; c < cols; ++c)
-            bound += std::fabs(static_cast<double>(wd[static_cast<std::size_t>(r * cols + c)]) *
-                               x[static_cast<std::size_t>(c)]);
-          const float a = y[0][static_cast<std::size_t>(r)], b = y[1][static_cast<std::size_t>(r)];
-          ASSERT_TRUE(std::isfinite(a) && std::isfinite(b))
-              << variant_name() << " " << nibble::traits(f).name << " row " << r;
-          EXPECT_LE(std::fabs(static_cast<double>(a) - b), 1e-5 * bound)
-              << variant_name() << " " << nibble::traits(f).name << " " << rows << " rows, "
-              << threads << " threads, row " << r << ": " << a << " vs " << b;
+    const bool is_float = f == Format::f32 || f == Format::f16 || f == Format::bf16;
+    for (std::int64_t cols : {512, 4352}) {
+      if (cols > 512 && !is_float) continue;
+      const auto x = nt::random_normal(static_cast<std::size_t>(cols), 93);
+      for (std::int64_t rows : {35, 150}) {
+        const auto w = nt::random_normal(static_cast<std::size_t>(rows * cols),
+                                         static_cast<std::uint32_t>(3 * rows + fi), 0.05f);
+        std::vector<std::uint8_t> q(nibble::row_bytes(f, cols) * static_cast<std::size_t>(rows));
+        nibble::quantize(f, w.data(), rows, cols, q.data());
+        std::vector<float> wd(static_cast<std::size_t>(rows * cols));
+        nibble::dequantize(f, q.data(), rows, cols, wd.data());
+        for (int threads : {1, 3}) {
+          nibble::Context ctx;
+          ctx.threads = threads;
+          std::vector<float> y[2];
+          for (int k = 0; k < 2; ++k) {
+            nibble::detail::set_vendor_tuning_override(k == 0 ? 0 : 2);
+            y[k].assign(static_cast<std::size_t>(rows), std::nanf(""));
+            nibble::detail::run_gemm(table(), ctx, f, q.data(), rows, cols, x.data(), 1,
+                                     y[k].data());
+          }
+          for (std::int64_t r = 0; r < rows; ++r) {
+            double bound = 0;
+            for (std::int64_t c = 0; c < cols; ++c)
+              bound += std::fabs(static_cast<double>(wd[static_cast<std::size_t>(r * cols + c)]) *
+                                 x[static_cast<std::size_t>(c)]);
+            const float a = y[0][static_cast<std::size_t>(r)],
+                        b = y[1][static_cast<std::size_t>(r)];
+            ASSERT_TRUE(std::isfinite(a) && std::isfinite(b))
+                << variant_name() << " " << nibble::traits(f).name << " row " << r;
+            EXPECT_LE(std::fabs(static_cast<double>(a) - b), 1e-5 * bound)
+                << variant_name() << " " << nibble::traits(f).name << " " << rows << " x " << cols
+                << ", " << threads << " threads, row " << r << ": " << a << " vs " << b;
+          }
         }
       }
     }

@@ -167,7 +167,8 @@ inline bool gemv_row_streams() {
 /// the Q8_0 and f16 GEMVs read adjacent row groups instead of row streams (Q8_0Simd::gemm,
 /// FloatGemv::four_streams; docs/kernels.md, "Zen 4: the row streams, adjacent groups for Q8_0
 /// and f16") and the Q6_K GEMV one row at a time on the 256-bit body without software prefetch
-/// (Q6Simd::gemm; docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body").
+/// (Q6Simd::gemm; docs/kernels.md, "Zen 4: Q6_K one row at a time on the 256-bit body"), as do
+/// the float formats' GEMVs of short rows (FloatGemv::one_row_x_family25).
 inline bool amd_family25_tuning() {
   static const bool zen34 = cpu_features().amd && cpu_features().family == 25;
   const int o = detail::vendor_tuning_override();
