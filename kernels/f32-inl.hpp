@@ -268,8 +268,9 @@ struct FloatGemv {
   /// 1024 2.51 / 2.45, 6144 x 2048 1.37 / 1.36, 8192 x 3072 1.47 / 1.56; bf16 1.26-1.39 /
   /// 1.29-1.39; f32 1.04-1.26 / 0.99-1.13; 2 threads f16 1.07-2.27, bf16 1.08-1.30, f32
   /// 1.01-1.26; at 4096 columns f16 0.97-1.00, bf16 1.15-1.20, f32 0.82-0.86; f16 at 6144 columns
-  /// 0.60 (docs/kernels.md, "Zen 4: small float rows one at a time"). These sums are in the order
-  /// of the 32-byte tags' own row-stream scheme (8 lanes x kU accumulators).
+  /// 0.60; cache-resident bf16 at 4096 x 4096 reads 0.90-0.95 (docs/kernels.md, "Zen 4: short
+  /// float rows one at a time"). These sums are in the order of the 32-byte tags' own
+  /// row-stream scheme (8 lanes x kU accumulators).
   static std::int64_t one_row_x_family25() { return E == FloatElem::bf16 ? 16384 : 12288; }
   static constexpr std::size_t kFourStreamsAhead = 1024;
   /// Rows per group of the four_streams schemes under row streams (gemv_row_streams).
