@@ -156,16 +156,22 @@ struct PackedQ6 : PackedBody<Tag> {
                   s2 * ((as<std::int32_t>(su4) << sh) >> 24);
           } else {
             const VI16<Tag> c0 = scale_dup<2 * J + t>(su0), c2 = scale_dup<2 * J + t>(su4);
-            for (int k = 0; k < 4; k += 2) {
-              VU8<Tag> l0, l2, m0, m2;
+            // One unit's levels at a time (two int16 sums over two units, then the scales):
+            // the same sums as building both units' levels first, with four registers fewer
+            // live. On the 16 registers of AVX2 (Zen 4, a standalone copy of this body, 1
+            // thread): cold 12 -> 15 GB/s, L3-resident 1.1-1.3x, L2-resident level.
+            VI16<Tag> p0(0), p2(0);
+            for (int k = 0; k < 4; ++k) {
+              VU8<Tag> l0, l2;
               levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-              levels<J>(gb, hh, 4 * t + k + 1, h, m0, m2);
-              const VI16<Tag> p0 = madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k)) +
-                                   madd_u8s8<Tag>(m0, bcast4<Tag>(x0 + 4 * k + 4));
-              const VI16<Tag> p2 = madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k)) +
-                                   madd_u8s8<Tag>(m2, bcast4<Tag>(x2 + 4 * k + 4));
-              tot = madd_acc_i16<Tag>(tot, p0, c0);
-              tot = madd_acc_i16<Tag>(tot, p2, c2);
+              p0 = p0 + madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k));
+              p2 = p2 + madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k));
+              if (k % 2 == 1) {
+                tot = madd_acc_i16<Tag>(tot, p0, c0);
+                tot = madd_acc_i16<Tag>(tot, p2, c2);
+                p0 = VI16<Tag>(0);
+                p2 = VI16<Tag>(0);
+              }
             }
           }
           keep_order(tot);
