@@ -275,26 +275,28 @@ struct FloatGemv {
   static constexpr std::size_t kFourStreamsAhead = 1024;
   /// Rows per group of the four_streams schemes under row streams (gemv_row_streams).
   static constexpr int kFourStreamRows = 4;
-  /// run() for gemv_groups with U accumulators per row and, when `Ahead`, each row's lines
-  /// prefetched kFourStreamsAhead on into L1 in place of `far` (the group size is gemv_groups').
-  /// With Far false, neither (no software prefetch at all).
-  template <int U, bool Ahead, bool Far = true>
+  /// The software prefetch of a Streams scheme: gemv_groups' `far` (the next group into L2, or
+  /// the row streams' lines), each row's own lines kFourStreamsAhead on into L1, or none.
+  enum class Prefetch { far, ahead, none };
+  /// run() for gemv_groups with U accumulators per row and prefetch P (the group size is
+  /// gemv_groups').
+  template <int U, Prefetch P>
   struct Streams {
     template <int R, int C>
     static void run(const std::uint8_t* W, std::size_t wrb, const std::uint8_t* A, std::size_t arb,
                     std::int64_t cols, float* Y, std::int64_t ldy, std::size_t far = 0) {
-      FloatGemv::run<R, C, U>(W, wrb, A, arb, cols, Y, ldy, Ahead || !Far ? 0 : far,
-                              Ahead ? kFourStreamsAhead : 0);
+      FloatGemv::run<R, C, U>(W, wrb, A, arb, cols, Y, ldy, P == Prefetch::far ? far : 0,
+                              P == Prefetch::ahead ? kFourStreamsAhead : 0);
     }
   };
   /// One row at a time (gemv_groups<OneRow, 1, 1>) with kU accumulators and no software
   /// prefetch: the hardware prefetchers follow the single stream (one_row_x_family25).
-  using OneRow = Streams<kU, false, false>;
+  using OneRow = Streams<kU, Prefetch::none>;
   /// The four_streams scheme of f32: kU accumulators, the L1 prefetch instead of `far`.
-  using FourStreams = Streams<kU, true>;
+  using FourStreams = Streams<kU, Prefetch::ahead>;
   /// The f16 / bf16 four_streams scheme: two accumulators per row, so that eight rows keep their
   /// sums in 16 registers (AVX2 has no more), and `far`.
-  using EightRows = Streams<2, false>;
+  using EightRows = Streams<2, Prefetch::far>;
 
   /// The GEMV of R rows: U accumulators per row, each step U vectors of weights per row.
   template <int R, int C, int U = kU>
