@@ -70,15 +70,22 @@ inline constexpr std::size_t kPackedPrefetch = 3072;
 /// (docs/kernels.md, "The L1 prefetch distance of four streams"). Intel cores (which add the L2
 /// prefetch) keep 3072: not measured there.
 ///
-/// On AMD's family-25 cores (amd_family25_tuning) group blocks of 2 KiB or more (Q4_K, Q5_K, Q6_K,
-/// IQ4_XS: 2.1-3.3 KiB) get none (0): the hardware prefetchers stream them faster alone. Zen 4,
-/// nibble-bench cold, 3 alternated rounds, medians of per-round ratios: the packed Q4_K_M decode
-/// step (4 layers, AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 /
-/// 1.11 (AVX-512, 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K
-/// one row at a time on the 256-bit body", its last paragraph). Without it the small blocks lost
-/// up to 23 % (Q4_0 0.79-0.95, NF4 0.77-1.06), so they keep theirs.
+/// On AMD's family-25 cores (amd_family25_tuning) the packed bodies on 64-byte vectors and those on
+/// 32-byte vectors with group blocks of 2 KiB or more (Q4_K, Q5_K, Q6_K, IQ4_XS: 2.1-3.3 KiB) get
+/// none (0): the hardware prefetchers stream them faster alone. Zen 4, nibble-bench cold, 3
+/// alternated rounds, medians of per-round ratios: the packed Q4_K_M decode step (4 layers,
+/// AVX-512) 1.28 / 1.13 on 1 / 2 threads, every round >= 1.10; q4_K.x16 1.48 / 1.11 (AVX-512,
+/// 4096 x 4096, 1 / 2 threads), q5_K.x16 1.55 / 1.23 (docs/kernels.md, "Zen 4: Q6_K one row at a
+/// time on the 256-bit body", its last paragraph). The smaller blocks on AVX-512, in a later
+/// session on the same VM type (in-binary switch, 3 alternated rounds, 1 thread, 4096 x 4096 /
+/// 11008 x 4096): q2_K.x16 1.45 / 1.57, q3_K.x16 1.22 / 1.23, q8_0.x16 1.35 / 1.36, nf4.x16 1.16
+/// / 1.20, fp4.x16 1.14 / 1.17, q4_0.x16 1.18 / 1.15, q4_1.x16 1.10 / 1.19, iq4_nl.x16 1.09 /
+/// 1.11, q5_0.x16 1.06 / 0.99, mxfp4.x16 1.00 / 1.06 (docs/kernels.md, "Zen 4: no L1 prefetch for
+/// the small packed blocks on AVX-512"). On the AVX2 table the small blocks keep theirs: Q3_K lost
+/// there (0.91 / 0.93), Q4_0 / Q4_1 moved by -6 % to +8 %.
+template <int kVecBytes>
 inline std::size_t packed_prefetch_l1(int streams, std::size_t group_block) {
-  if (group_block >= 2048 && amd_family25_tuning()) return 0;
+  if ((kVecBytes >= 64 || group_block >= 2048) && amd_family25_tuning()) return 0;
   return streams == 4 && !detail::intel_streaming_tuning() ? kPackedPrefetch / 2 : kPackedPrefetch;
 }
 
@@ -211,7 +218,7 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  const std::size_t l1 = packed_prefetch_l1(NS, K::kGroupBlock);
+  const std::size_t l1 = packed_prefetch_l1<K::kVecBytes>(NS, K::kGroupBlock);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
@@ -263,6 +270,7 @@ inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
 /// accumulator register per sub-tile (State, zeroed by construction) and its store.
 template <class Tag>
 struct PackedBody {
+  static constexpr int kVecBytes = Tag::bytes;        ///< bytes per register
   static constexpr int kL = Tag::bytes / 4;           ///< rows per register
   static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
   /// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI, sdot); the
