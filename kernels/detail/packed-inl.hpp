@@ -122,12 +122,46 @@ struct PackedQ6 : PackedBody<Tag> {
     return off;
   }
 
-  /// One group block: per half, quarters J and J + 2 together, sub-block by sub-block, each
-  /// sub-block's scaled sum added to the total before the next starts (keep_order), so that two
-  /// sums are live besides the total. The per-unit order (all four quarters of a unit at once,
-  /// eight sums live) spilled on the 16 registers of the 256-bit tags (docs/kernels.md,
-  /// "Register pressure on 256-bit"). The level offset (-32 per level) is one term per block,
-  /// offset(): |total| <= 16 * 16 * 63 * 127 * 128 < 2^31, exact in int32.
+  /// Whether block() reads each half unit by unit (block_half_by_unit): with int32 dots on
+  /// 64-byte registers (32 of them: the four sums live do not spill). The sub-block order reads
+  /// the ql units of quarter J = 0, then those of J = 1 (a stride of three units, twice), which
+  /// the hardware prefetchers of a Zen 4 core follow worse: q6_K.x16 on AVX-512, 1 thread,
+  /// 4096 x 4096 cold 0.73 -> 0.94 of the paired bandwidth, L3-resident 1.25x (docs/kernels.md,
+  /// "Packed Q6_K in address order").
+  static constexpr bool kUnitOrder = kInt32 && Tag::bytes == 64;
+
+  /// Half hh of a group block, sub-tile h, unit by unit: for t = 0, 1 the four quarters' sums of
+  /// units 4 t .. 4 t + 3 (sub-blocks 8 hh + 2 J + t, J = 0..3), then their scaled sums into
+  /// `tot`. `x` points at the half's 128 activations; su0 / su4 are its scale units.
+  [[gnu::always_inline]] static inline void block_half_by_unit(const std::uint8_t* gb, int h,
+                                                               const std::uint8_t* x, int hh,
+                                                               const VU32<Tag>& su0,
+                                                               const VU32<Tag>& su4,
+                                                               VI32<Tag>& tot) {
+    for (int t = 0; t < 2; ++t) {
+      VI32<Tag> s[4] = {VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0)};  // quarter J
+      for (int k = 0; k < 4; ++k) {
+        VU8<Tag> l[4];
+        levels<0>(gb, hh, 4 * t + k, h, l[0], l[2]);
+        levels<1>(gb, hh, 4 * t + k, h, l[1], l[3]);
+        for (int j = 0; j < 4; ++j)
+          s[j] = dot_u8s8<Tag>(s[j], l[j], bcast4<Tag>(x + 32 * j + 16 * t + 4 * k));
+      }
+      for (int j = 0; j < 2; ++j) {  // sub-blocks 8 hh + 2 j + t (su0), + 4 (su4): byte 2 j + t
+        const int sh = 24 - 8 * (2 * j + t);
+        tot = tot + s[j] * ((as<std::int32_t>(su0) << sh) >> 24) +
+              s[j + 2] * ((as<std::int32_t>(su4) << sh) >> 24);
+      }
+    }
+  }
+
+  /// One group block: per half, unit by unit where kUnitOrder, otherwise quarters J and J + 2
+  /// together, sub-block by sub-block, each sub-block's scaled sum added to the total before the
+  /// next starts (keep_order), so that two sums are live besides the total. The per-unit order
+  /// (all four quarters of a unit at once, eight sums live) spilled on the 16 registers of the
+  /// 256-bit tags (docs/kernels.md, "Register pressure on 256-bit"). The level offset (-32 per
+  /// level) is one term per block, offset(): |total| <= 16 * 16 * 63 * 127 * 128 < 2^31, exact in
+  /// int32.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& a,
                                                   std::int64_t b, State& st) {
     const BlockQ8_K& ab = a.a[b];
@@ -138,44 +172,48 @@ struct PackedQ6 : PackedBody<Tag> {
       for (int hh = 0; hh < 2; ++hh) {
         const VU32<Tag> su0 = packed_unit<Tag>(gb, 48 + 2 * hh, h);  // sub-blocks 8 hh ..
         const VU32<Tag> su4 = packed_unit<Tag>(gb, 49 + 2 * hh, h);  // 8 hh + 4 ..
-        static_for<4>([&](auto ic) {
-          constexpr int J = decltype(ic)::value / 2, t = decltype(ic)::value % 2;
-          // sub-blocks 8 hh + 2 J + t (quarter J) and + 4 (quarter J + 2): units 4 t ..
-          const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;  // quarter J
-          const std::uint8_t* x2 = x0 + 64;                          // quarter J + 2
-          if constexpr (kInt32) {
-            VI32<Tag> s0(0), s2(0);
-            for (int k = 0; k < 4; ++k) {
-              VU8<Tag> l0, l2;
-              levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-              s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
-              s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
-            }
-            constexpr int sh = 24 - 8 * (2 * J + t);  // byte 2 J + t to the top
-            tot = tot + s0 * ((as<std::int32_t>(su0) << sh) >> 24) +
-                  s2 * ((as<std::int32_t>(su4) << sh) >> 24);
-          } else {
-            const VI16<Tag> c0 = scale_dup<2 * J + t>(su0), c2 = scale_dup<2 * J + t>(su4);
-            // One unit's levels at a time (two int16 sums over two units, then the scales):
-            // the same sums as building both units' levels first, with four registers fewer
-            // live. On the 16 registers of AVX2 (Zen 4, a standalone copy of this body, 1
-            // thread): cold 12 -> 15 GB/s, L3-resident 1.1-1.3x, L2-resident level.
-            VI16<Tag> p0(0), p2(0);
-            for (int k = 0; k < 4; ++k) {
-              VU8<Tag> l0, l2;
-              levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-              p0 = p0 + madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k));
-              p2 = p2 + madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k));
-              if (k % 2 == 1) {
-                tot = madd_acc_i16<Tag>(tot, p0, c0);
-                tot = madd_acc_i16<Tag>(tot, p2, c2);
-                p0 = VI16<Tag>(0);
-                p2 = VI16<Tag>(0);
+        if constexpr (kUnitOrder) {
+          block_half_by_unit(gb, h, aq + 128 * hh, hh, su0, su4, tot);
+        } else {
+          static_for<4>([&](auto ic) {
+            constexpr int J = decltype(ic)::value / 2, t = decltype(ic)::value % 2;
+            // sub-blocks 8 hh + 2 J + t (quarter J) and + 4 (quarter J + 2): units 4 t ..
+            const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;  // quarter J
+            const std::uint8_t* x2 = x0 + 64;                          // quarter J + 2
+            if constexpr (kInt32) {
+              VI32<Tag> s0(0), s2(0);
+              for (int k = 0; k < 4; ++k) {
+                VU8<Tag> l0, l2;
+                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+                s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
+                s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
+              }
+              constexpr int sh = 24 - 8 * (2 * J + t);  // byte 2 J + t to the top
+              tot = tot + s0 * ((as<std::int32_t>(su0) << sh) >> 24) +
+                    s2 * ((as<std::int32_t>(su4) << sh) >> 24);
+            } else {
+              const VI16<Tag> c0 = scale_dup<2 * J + t>(su0), c2 = scale_dup<2 * J + t>(su4);
+              // One unit's levels at a time (two int16 sums over two units, then the scales):
+              // the same sums as building both units' levels first, with four registers fewer
+              // live. On the 16 registers of AVX2 (Zen 4, a standalone copy of this body, 1
+              // thread): cold 12 -> 15 GB/s, L3-resident 1.1-1.3x, L2-resident level.
+              VI16<Tag> p0(0), p2(0);
+              for (int k = 0; k < 4; ++k) {
+                VU8<Tag> l0, l2;
+                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
+                p0 = p0 + madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k));
+                p2 = p2 + madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k));
+                if (k % 2 == 1) {
+                  tot = madd_acc_i16<Tag>(tot, p0, c0);
+                  tot = madd_acc_i16<Tag>(tot, p2, c2);
+                  p0 = VI16<Tag>(0);
+                  p2 = VI16<Tag>(0);
+                }
               }
             }
-          }
-          keep_order(tot);
-        });
+            keep_order(tot);
+          });
+        }
       }
       tot = tot - (offset(gb, h, a.p[b]) << 5);
       const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
