@@ -125,9 +125,9 @@ struct PackedQ6 : PackedBody<Tag> {
   /// Whether block() reads each half unit by unit (block_half_by_unit): with int32 dots on
   /// 64-byte registers (32 of them: the four sums live do not spill). The sub-block order reads
   /// the ql units of quarter J = 0, then those of J = 1 (a stride of three units, twice), which
-  /// the hardware prefetchers of a Zen 4 core follow worse: q6_K.x16 on AVX-512, 1 thread,
-  /// 4096 x 4096 cold 0.73 -> 0.94 of the paired bandwidth, L3-resident 1.25x (docs/kernels.md,
-  /// "Packed Q6_K in address order").
+  /// the hardware prefetchers of a Zen 4 core follow worse: q6_K.x16 on AVX-512, 1 thread, cold
+  /// 1.15-1.25x (0.77 -> 0.94 of the paired bandwidth at 4096 x 4096), L3-resident level
+  /// (docs/kernels.md, "Packed Q6_K in address order").
   static constexpr bool kUnitOrder = kInt32 && Tag::bytes == 64;
 
   /// Half hh of a group block, sub-tile h, unit by unit: for t = 0, 1 the four quarters' sums of
