@@ -128,7 +128,15 @@ struct PackedQ6 : PackedBody<Tag> {
   /// the hardware prefetchers of a Zen 4 core follow worse: q6_K.x16 on AVX-512, 1 thread, cold
   /// 1.15-1.25x (0.77 -> 0.94 of the paired bandwidth at 4096 x 4096), L3-resident level
   /// (docs/kernels.md, "Packed Q6_K in address order").
-  static constexpr bool kUnitOrder = kInt32 && Tag::bytes == 64;
+  ///
+  /// Without int8 dots, on the 32-byte x86 tags (AVX2), too: there the four quarters' int16
+  /// sums of two units are live (as p0 / p2 of two sub-blocks in the other order), then their
+  /// scales. q6_K.x16 on the AVX2 table, Zen 4, 1 thread, cold: 1.24-1.46x (0.54-0.62 -> 0.72-0.80
+  /// of the paired bandwidth), L2-resident 1.0-1.1x (docs/kernels.md, "Packed Q6_K on AVX2 in
+  /// address order"). NEON without dotprod and AVX-512 without VNNI keep the sub-block order
+  /// (not measured).
+  static constexpr bool kUnitOrder =
+      kInt32 ? Tag::bytes == 64 : Tag::bytes == 32 && TagInfo<Tag>::family == Family::x86;
 
   /// Half hh of a group block, sub-tile h, unit by unit: for t = 0, 1 the four quarters' sums of
   /// units 4 t .. 4 t + 3 (sub-blocks 8 hh + 2 J + t, J = 0..3), then their scaled sums into
@@ -138,6 +146,11 @@ struct PackedQ6 : PackedBody<Tag> {
                                                                const VU32<Tag>& su0,
                                                                const VU32<Tag>& su4,
                                                                VI32<Tag>& tot) {
+    if constexpr (!kInt32) {
+      static_for<2>(
+          [&](auto tc) { half_units16<decltype(tc)::value>(gb, h, x, hh, su0, su4, tot); });
+      return;
+    }
     for (int t = 0; t < 2; ++t) {
       VI32<Tag> s[4] = {VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0)};  // quarter J
       for (int k = 0; k < 4; ++k) {
@@ -151,6 +164,31 @@ struct PackedQ6 : PackedBody<Tag> {
         const int sh = 24 - 8 * (2 * j + t);
         tot = tot + s[j] * ((as<std::int32_t>(su0) << sh) >> 24) +
               s[j + 2] * ((as<std::int32_t>(su4) << sh) >> 24);
+      }
+    }
+  }
+
+  /// block_half_by_unit without int8 dots, units 4 t .. 4 t + 3: the four quarters' int16 sums
+  /// over two units (2 * 2 * 63 * 127 < 2^15), then each times its scale into `tot` by pmaddwd.
+  template <int t>
+  [[gnu::always_inline]] static inline void half_units16(const std::uint8_t* gb, int h,
+                                                         const std::uint8_t* x, int hh,
+                                                         const VU32<Tag>& su0, const VU32<Tag>& su4,
+                                                         VI32<Tag>& tot) {
+    VI16<Tag> p[4] = {VI16<Tag>(0), VI16<Tag>(0), VI16<Tag>(0), VI16<Tag>(0)};  // quarter J
+    for (int k = 0; k < 4; ++k) {
+      VU8<Tag> l[4];
+      levels<0>(gb, hh, 4 * t + k, h, l[0], l[2]);
+      levels<1>(gb, hh, 4 * t + k, h, l[1], l[3]);
+      for (int j = 0; j < 4; ++j)
+        p[j] = p[j] + madd_u8s8<Tag>(l[j], bcast4<Tag>(x + 32 * j + 16 * t + 4 * k));
+      if (k % 2 == 1) {
+        static_for<4>([&](auto jc) {  // sub-block 8 hh + 2 j + t: byte 2 (j % 2) + t of su0 / su4
+          constexpr int j = decltype(jc)::value;
+          tot = madd_acc_i16<Tag>(tot, p[j], scale_dup<2 * (j % 2) + t>(j < 2 ? su0 : su4));
+          p[j] = VI16<Tag>(0);
+        });
+        keep_order(tot);
       }
     }
   }
