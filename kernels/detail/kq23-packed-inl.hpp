@@ -43,7 +43,8 @@ struct PackedKq23 : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
-  static constexpr int kQs = Q3 ? 8 : 4;  ///< the first qs unit
+  static constexpr bool kFamily25NoL1Prefetch = !Q3;  ///< Q2_K: see packed_prefetch_l1
+  static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:
   /// 4 * 2 * 7 * 128 < 2^15) widened once.
   static constexpr bool kInt32 = PackedBody<Tag>::kIntDots;

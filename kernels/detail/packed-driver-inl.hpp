@@ -81,11 +81,18 @@ inline constexpr std::size_t kPackedPrefetch = 3072;
 /// 11008 x 4096): q2_K.x16 1.45 / 1.57, q3_K.x16 1.22 / 1.23, q8_0.x16 1.35 / 1.36, nf4.x16 1.16
 /// / 1.20, fp4.x16 1.14 / 1.17, q4_0.x16 1.18 / 1.15, q4_1.x16 1.10 / 1.19, iq4_nl.x16 1.09 /
 /// 1.11, q5_0.x16 1.06 / 0.99, mxfp4.x16 1.00 / 1.06 (docs/kernels.md, "Zen 4: no L1 prefetch for
-/// the small packed blocks on AVX-512"). On the AVX2 table the small blocks keep theirs: Q3_K lost
-/// there (0.91 / 0.93), Q4_0 / Q4_1 moved by -6 % to +8 %.
-template <int kVecBytes>
-inline std::size_t packed_prefetch_l1(int streams, std::size_t group_block) {
-  if ((kVecBytes >= 64 || group_block >= 2048) && amd_family25_tuning()) return 0;
+/// the small packed blocks on AVX-512"). On the AVX2 table the bodies that declare
+/// kFamily25NoL1Prefetch (Q8_0, Q2_K) get none either: q8_0.x16 1.16-1.21 / 1.03-1.17 (1 / 2
+/// threads, 4096 x 4096, 11008 x 4096, 4096 x 11008, 14336 x 4096; 0.80-0.87 -> 0.96-0.98 of the
+/// paired bandwidth on one thread), q2_K.x16 1.14-1.20 / 1.08-1.23 (docs/kernels.md, "Zen 4: no
+/// L1 prefetch for packed Q8_0 and Q2_K on AVX2"). The other small blocks keep theirs: Q3_K lost
+/// without it (0.91 / 0.93), Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 / NF4 / FP4 read level
+/// (0.94-1.08 on one thread).
+template <class K>
+inline std::size_t packed_prefetch_l1(int streams) {
+  if ((K::kVecBytes >= 64 || K::kGroupBlock >= 2048 || K::kFamily25NoL1Prefetch) &&
+      amd_family25_tuning())
+    return 0;
   return streams == 4 && !detail::intel_streaming_tuning() ? kPackedPrefetch / 2 : kPackedPrefetch;
 }
 
@@ -218,7 +225,7 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  const std::size_t l1 = packed_prefetch_l1<K::kVecBytes>(NS, K::kGroupBlock);
+  const std::size_t l1 = packed_prefetch_l1<K>(NS);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
@@ -270,7 +277,10 @@ inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
 /// accumulator register per sub-tile (State, zeroed by construction) and its store.
 template <class Tag>
 struct PackedBody {
-  static constexpr int kVecBytes = Tag::bytes;        ///< bytes per register
+  static constexpr int kVecBytes = Tag::bytes;  ///< bytes per register
+  /// Whether packed_gemv drops its L1 prefetch for this body on AMD family-25 cores on 32-byte
+  /// vectors too (packed_prefetch_l1); bodies that measured faster without it set it.
+  static constexpr bool kFamily25NoL1Prefetch = false;
   static constexpr int kL = Tag::bytes / 4;           ///< rows per register
   static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
   /// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI, sdot); the

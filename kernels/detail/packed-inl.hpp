@@ -270,6 +270,7 @@ struct PackedQ8_0 : PackedBody<Tag> {
   using B::kH;
   using B::kL;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockQ8_0);
+  static constexpr bool kFamily25NoL1Prefetch = true;  ///< see packed_prefetch_l1
   using D = S8Dot<Tag>;
   using S = Q8_0Simd<Tag>;  // its activation relayout: quants, per-dword bias sums, fp32 scales
 
