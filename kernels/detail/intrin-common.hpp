@@ -185,6 +185,20 @@ inline std::int64_t row_stream_runs(std::int64_t n) {
   return RS > 1 && q >= kMinStreamRows && gemv_row_streams() ? q : 0;
 }
 
+/// K::kFamily25NoStreamPrefetch, false when the body does not declare it: whether gemv_groups'
+/// row streams go without software prefetch on AMD's family-25 cores (far = 0 instead of
+/// kRowStreams: the hardware prefetchers alone). Zen 4, 4096 x 4096, cold, 1 thread, 3 rounds of
+/// alternated clean builds, medians of per-round ratios: AVX-512 q4_K 1.20, q5_K 1.23, q4_0 1.23,
+/// q4_1 1.21, iq4_nl 1.07; AVX2 q5_K 1.12, q4_0 1.07, q4_1 1.08: those declare it. q4_K on AVX2
+/// lost (0.88; its body has an L1 prefetch of its own besides), q5_0 on AVX-512 too (0.94); q2_K,
+/// q3_K, q5_1, iq4_xs, mxfp4 and bf16 read level (0.94-1.07) and keep theirs (docs/kernels.md,
+/// "Zen 4: plain row streams without software prefetch").
+template <class K, class = void>
+struct Family25NoStreamPrefetch : std::false_type {};
+template <class K>
+struct Family25NoStreamPrefetch<K, std::void_t<decltype(K::kFamily25NoStreamPrefetch)>>
+    : std::bool_constant<K::kFamily25NoStreamPrefetch> {};
+
 /// GEMV over rows [r0, r1) in groups of rows: K::template run<G, 1>(rows, stride, a, arb,
 /// args..., y, 1, far) computes G rows stride bytes apart into y[0..G).
 ///
@@ -209,10 +223,12 @@ inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0,
                         float* y, const std::uint8_t* a, std::size_t arb, Args... args) {
   if (const std::int64_t q = row_stream_runs<RS>(r1 - r0)) {
     const std::size_t stride = static_cast<std::size_t>(q) * wrb;
+    const std::size_t fr =
+        Family25NoStreamPrefetch<K>::value && amd_family25_tuning() ? 0 : kRowStreams;
     for (std::int64_t i = 0; i < q; ++i) {
       float t[RS];
       K::template run<RS, 1>(w + static_cast<std::size_t>(r0 + i) * wrb, stride, a, arb, args..., t,
-                             1, kRowStreams);
+                             1, fr);
       for (int k = 0; k < RS; ++k) y[r0 + i + k * q] = t[k];
     }
     const std::int64_t r = r0 + RS * q;

@@ -209,6 +209,9 @@ struct Q32Simd {
   static constexpr bool kLinearL2 = kLinearGroupPrefetch<Tag>;  // see simd.hpp
   static constexpr int kG = kW / 16;  ///< blocks per step (one per 16-byte lane)
   static constexpr int kR = 4;        ///< rows per GEMV group
+  /// Row streams without software prefetch on AMD family 25 (Family25NoStreamPrefetch).
+  static constexpr bool kFamily25NoStreamPrefetch =
+      F == Format::q4_0 || F == Format::q4_1 || (F == Format::iq4_nl && kW == 64);
   static constexpr bool kSigned = Fmt::kCode == Q32Code::sbook;
   /// The offset subtracted from the kernels' levels (IQ4_NL: S8Dot's bias).
   static constexpr int kOff = kSigned ? S8Dot<Tag>::kBias : Fmt::kOffset;

@@ -39,6 +39,9 @@ struct Q45Simd {
   using Block = std::conditional_t<HighBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int kW = Tag::bytes;
   static constexpr int kNV = 128 / kW;  ///< qs registers per block
+  /// Row streams without software prefetch on AMD family 25 (Family25NoStreamPrefetch): not
+  /// Q4_K on 32-byte tags, which lost there.
+  static constexpr bool kFamily25NoStreamPrefetch = kW == 64 || HighBit;
   /// Rows per GEMV group (one header lane each): AVX2 / AVX-VNNI 2; AVX-512 1, a single weight
   /// stream per thread. Zen 5, AVX-512, cold, alternated runs, GB/s, 1 row against 4 (q4_K /
   /// q5_K): 4096 x 4096 1 thread 34.7-35.8 / 34.7-35.9 against 29.3-31.6 / 35.2-35.9, 2 threads
