@@ -192,7 +192,10 @@ inline std::int64_t row_stream_runs(std::int64_t n) {
 /// q4_1 1.21, iq4_nl 1.07; AVX2 q5_K 1.12, q4_0 1.07, q4_1 1.08: those declare it. q4_K on AVX2
 /// lost (0.88; its body has an L1 prefetch of its own besides), q5_0 on AVX-512 too (0.94); q2_K,
 /// q3_K, q5_1, iq4_xs, mxfp4 and bf16 read level (0.94-1.07) and keep theirs (docs/kernels.md,
-/// "Zen 4: plain row streams without software prefetch").
+/// "Zen 4: plain row streams without software prefetch"). Only for rows of at most
+/// kFamily25NoPrefetchRow bytes: at 4096 x 11008 (6.2 KiB Q4_K rows, an activation row larger
+/// than L1) q4_K read 0.95 and q5_K 0.88 without it on AVX-512, q4_0 / q4_1 / iq4_nl level.
+inline constexpr std::size_t kFamily25NoPrefetchRow = 4096;
 template <class K, class = void>
 struct Family25NoStreamPrefetch : std::false_type {};
 template <class K>
@@ -224,7 +227,9 @@ inline void gemv_groups(const std::uint8_t* w, std::size_t wrb, std::int64_t r0,
   if (const std::int64_t q = row_stream_runs<RS>(r1 - r0)) {
     const std::size_t stride = static_cast<std::size_t>(q) * wrb;
     const std::size_t fr =
-        Family25NoStreamPrefetch<K>::value && amd_family25_tuning() ? 0 : kRowStreams;
+        Family25NoStreamPrefetch<K>::value && wrb <= kFamily25NoPrefetchRow && amd_family25_tuning()
+            ? 0
+            : kRowStreams;
     for (std::int64_t i = 0; i < q; ++i) {
       float t[RS];
       K::template run<RS, 1>(w + static_cast<std::size_t>(r0 + i) * wrb, stride, a, arb, args..., t,
