@@ -208,7 +208,8 @@ struct Family25NoStreamPrefetch<K, std::void_t<decltype(K::kFamily25NoStreamPref
 /// Under row streams (row_stream_runs<RS>, RS rows per group: a format whose adjacent groups are
 /// small passes a larger RS) the rows are cut into RS equal runs of q rows and group i holds row
 /// i of each run (stride q * wrb): each run is read front to back as one sequential stream, and
-/// `far` is kRowStreams (each row prefetches its own lines a little ahead into L1).
+/// `far` is kRowStreams (each row prefetches its own lines a little ahead into L1), or 0 (no
+/// software prefetch) for the bodies of Family25NoStreamPrefetch on AMD's family-25 cores.
 ///
 /// Otherwise a group is R adjacent rows and `far` is the byte distance to a group ahead (0 near
 /// the end) so that the kernel can prefetch that group's rows into L2 while it computes this one:

@@ -149,21 +149,21 @@ struct PackedQ6 : PackedBody<Tag> {
     if constexpr (!kInt32) {
       static_for<2>(
           [&](auto tc) { half_units16<decltype(tc)::value>(gb, h, x, hh, su0, su4, tot); });
-      return;
-    }
-    for (int t = 0; t < 2; ++t) {
-      VI32<Tag> s[4] = {VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0)};  // quarter J
-      for (int k = 0; k < 4; ++k) {
-        VU8<Tag> l[4];
-        levels<0>(gb, hh, 4 * t + k, h, l[0], l[2]);
-        levels<1>(gb, hh, 4 * t + k, h, l[1], l[3]);
-        for (int j = 0; j < 4; ++j)
-          s[j] = dot_u8s8<Tag>(s[j], l[j], bcast4<Tag>(x + 32 * j + 16 * t + 4 * k));
-      }
-      for (int j = 0; j < 2; ++j) {  // sub-blocks 8 hh + 2 j + t (su0), + 4 (su4): byte 2 j + t
-        const int sh = 24 - 8 * (2 * j + t);
-        tot = tot + s[j] * ((as<std::int32_t>(su0) << sh) >> 24) +
-              s[j + 2] * ((as<std::int32_t>(su4) << sh) >> 24);
+    } else {
+      for (int t = 0; t < 2; ++t) {
+        VI32<Tag> s[4] = {VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0), VI32<Tag>(0)};  // quarter J
+        for (int k = 0; k < 4; ++k) {
+          VU8<Tag> l[4];
+          levels<0>(gb, hh, 4 * t + k, h, l[0], l[2]);
+          levels<1>(gb, hh, 4 * t + k, h, l[1], l[3]);
+          for (int j = 0; j < 4; ++j)
+            s[j] = dot_u8s8<Tag>(s[j], l[j], bcast4<Tag>(x + 32 * j + 16 * t + 4 * k));
+        }
+        for (int j = 0; j < 2; ++j) {  // sub-blocks 8 hh + 2 j + t (su0), + 4 (su4): byte 2 j + t
+          const int sh = 24 - 8 * (2 * j + t);
+          tot = tot + s[j] * ((as<std::int32_t>(su0) << sh) >> 24) +
+                s[j + 2] * ((as<std::int32_t>(su4) << sh) >> 24);
+        }
       }
     }
   }
