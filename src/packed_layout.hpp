@@ -63,6 +63,7 @@ inline const PackLayout* pack_layout(Format f) {
   static const PackLayout q3_K{2, {{0, 108, 4}, {108, 2, 2}}};          // all but d | d
   static const PackLayout iq4_xs{1, {{0, 136, 4}}};                     // the whole block
   static const PackLayout nf4{2, {{0, 4, 4}, {4, 32, 4}}};              // absmax | codes
+  static const PackLayout f16{1, {{0, 2, 2}}};  // f16, bf16: one value per block
   switch (f) {
     case Format::q4_K:
       return &q4_K;
@@ -92,6 +93,9 @@ inline const PackLayout* pack_layout(Format f) {
     case Format::nf4:
     case Format::fp4:  // the same block: fp32 absmax, 32 code bytes
       return &nf4;
+    case Format::f16:
+    case Format::bf16:  // a block of one 2-byte value: column c of the 16 rows together
+      return &f16;
     default:
       return nullptr;
   }
@@ -120,12 +124,56 @@ inline void interleave16(const std::uint8_t* const* rows_in, std::uint8_t* const
   }
 }
 
+/// permute_group for a block of one 2-byte unit (f16, bf16): the group is the transpose of 16
+/// rows of nb values, done in tiles of 16 columns (each row's 32 bytes of a tile read or
+/// written at once, the tile's 512 packed bytes in order). One thread, 4096 x 4096 f16 on a Zen 4
+/// core (3 runs): pack 4.4-4.8 GB/s, unpack 4.2 (q4_K 5.4-6.6 / 5.0-5.8 in the same process);
+/// permute_group's per-block field loop moved 1.5 GB/s (a /tmp harness, -O3).
+inline void transpose16_u16(std::uint8_t* rows, std::size_t row_bytes, std::uint8_t* packed,
+                            std::int64_t nb, bool to_packed) {
+  constexpr int kG = static_cast<int>(kPackedGroupRows);
+  const std::int64_t tiles = nb / kG;
+  std::uint16_t t[kG][kG], o[kG][kG];  // t[row][column], o[column][row]
+  if (to_packed) {
+    for (std::int64_t k = 0; k < tiles; ++k) {
+      const std::uint8_t* r = rows + static_cast<std::size_t>(k) * 2 * kG;
+      for (int i = 0; i < kG; ++i) std::memcpy(t[i], r + i * row_bytes, sizeof t[i]);
+      for (int c = 0; c < kG; ++c)
+        for (int i = 0; i < kG; ++i) o[c][i] = t[i][c];
+      std::memcpy(packed + static_cast<std::size_t>(k) * sizeof o, o, sizeof o);
+    }
+  } else {
+    for (std::int64_t k = 0; k < tiles; ++k) {
+      std::uint8_t* r = rows + static_cast<std::size_t>(k) * 2 * kG;
+      std::memcpy(o, packed + static_cast<std::size_t>(k) * sizeof o, sizeof o);
+      for (int i = 0; i < kG; ++i)
+        for (int c = 0; c < kG; ++c) t[i][c] = o[c][i];
+      for (int i = 0; i < kG; ++i) std::memcpy(r + i * row_bytes, t[i], sizeof t[i]);
+    }
+  }
+  const int rest = static_cast<int>(nb - tiles * kG);  // the last columns, one at a time
+  std::uint8_t* g = packed + static_cast<std::size_t>(tiles) * sizeof o;
+  std::uint8_t* r = rows + static_cast<std::size_t>(tiles) * 2 * kG;
+  for (int c = 0; c < rest; ++c)
+    for (int i = 0; i < kG; ++i) {
+      std::uint8_t* pv = g + 2 * (kG * c + i);
+      std::uint8_t* rv = r + i * row_bytes + 2 * c;
+      if (to_packed) {
+        std::memcpy(pv, rv, 2);
+      } else {
+        std::memcpy(rv, pv, 2);
+      }
+    }
+}
+
 /// Packs one group (to_packed) or unpacks it: the 16 plain rows at `rows` (row_bytes apart, nb
 /// blocks of block_bytes each) and the packed group at `packed` (16 * nb * block_bytes bytes).
 inline void permute_group(const PackLayout& l, std::size_t block_bytes, std::int64_t nb,
                           std::uint8_t* rows, std::size_t row_bytes, std::uint8_t* packed,
                           bool to_packed) {
   constexpr int kG = static_cast<int>(kPackedGroupRows);
+  if (l.nfields == 1 && block_bytes == 2 && l.field[0].unit == 2)
+    return transpose16_u16(rows, row_bytes, packed, nb, to_packed);
   for (std::int64_t b = 0; b < nb; ++b) {
     std::uint8_t* g = packed + static_cast<std::size_t>(b) * kG * block_bytes;
     for (int f = 0; f < l.nfields; ++f) {

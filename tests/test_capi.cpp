@@ -499,9 +499,9 @@ TEST(CApiGgufOpen, BadFiles) {
 // nothing.
 TEST(CApi, Packed) {
   for (const char* name : {"q8_0", "q4_K", "q5_K", "q6_K", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K",
-                           "q3_K", "iq4_nl", "iq4_xs", "mxfp4", "nf4", "fp4"})
+                           "q3_K", "iq4_nl", "iq4_xs", "mxfp4", "nf4", "fp4", "f16", "bf16"})
     EXPECT_EQ(nibble_packable(fmt(name)), 1);
-  for (const char* name : {"f32", "f16", "q8_K", "bf16"}) EXPECT_EQ(nibble_packable(fmt(name)), 0);
+  for (const char* name : {"f32", "q8_K", "q8_1"}) EXPECT_EQ(nibble_packable(fmt(name)), 0);
   EXPECT_EQ(nibble_packable(-1), 0);
   EXPECT_EQ(nibble_packable(nibble_format_count()), 0);
 
@@ -545,7 +545,7 @@ TEST(CApi, Packed) {
   const size_t bytes = static_cast<size_t>(rows) * nibble_row_bytes(q4, cols);
   std::vector<unsigned char> W(bytes, 0x11), dst(bytes, 0xAB);
   const std::vector<unsigned char> untouched = dst;
-  EXPECT_EQ(nibble_pack(nullptr, fmt("bf16"), W.data(), rows, cols, dst.data()),
+  EXPECT_EQ(nibble_pack(nullptr, fmt("q8_K"), W.data(), rows, cols, dst.data()),
             NIBBLE_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(nibble_last_error()).find("no packed layout"), std::string::npos)
       << nibble_last_error();
@@ -566,7 +566,7 @@ TEST(CApi, Packed) {
   bad.threads = -1;
   EXPECT_EQ(nibble_pack(&bad, q4, W.data(), rows, cols, dst.data()), NIBBLE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(nibble_pack_in_place(&bad, q4, dst.data(), rows, cols), NIBBLE_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(nibble_pack_in_place(nullptr, fmt("bf16"), dst.data(), rows, cols),
+  EXPECT_EQ(nibble_pack_in_place(nullptr, fmt("q8_K"), dst.data(), rows, cols),
             NIBBLE_ERROR_UNSUPPORTED);
   EXPECT_EQ(nibble_unpack_in_place(nullptr, q4, dst.data(), rows, 100),
             NIBBLE_ERROR_INVALID_ARGUMENT);
@@ -663,7 +663,7 @@ TEST(CApi, GgufPackedTensor) {
       << nibble_last_error();
   for (int64_t r = 0; r < t.rows; ++r) EXPECT_NEAR(yp[r], y[r], 1e-4 * (1 + std::fabs(y[r])));
   // the flag on a type without a packed layout is a malformed file
-  type = NIBBLE_GGUF_PACKED_FLAG | 30u;  // bf16
+  type = NIBBLE_GGUF_PACKED_FLAG | 0u;  // f32
   std::memcpy(bytes.data() + type_at, &type, 4);
   {
     std::ofstream f(path, std::ios::binary);

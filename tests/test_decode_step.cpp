@@ -207,22 +207,23 @@ TEST(DecodeStep, GgufErrors) {
 TEST(DecodeStep, PackedLayout) {
   TinyModel m;
   m.blobs.reserve(8);
-  m.add("blk.0.attn_q.weight", Format::q4_K, 40, 256, 2);  // 2 groups + 8 plain rows
-  m.add("blk.0.attn_k.weight", Format::q4_K, 8, 256, 5);   // fewer than 16 rows: stays plain
-  m.add("blk.0.attn_v.weight", Format::f16, 32, 256, 6);   // not packable
+  m.add("blk.0.attn_q.weight", Format::q4_K, 40, 256, 2);      // 2 groups + 8 plain rows
+  m.add("blk.0.attn_k.weight", Format::q4_K, 8, 256, 5);       // fewer than 16 rows: stays plain
+  m.add("blk.0.attn_v.weight", Format::f32, 32, 256, 6);       // not packable
+  m.add("blk.0.attn_output.weight", Format::f16, 32, 256, 7);  // 2 groups of f16
   m.add("blk.0.ffn_down.weight", Format::q6_K, 16, 512, 3);
   m.add("output.weight", Format::q8_0, 48, 256, 4);
   const std::string path = ::testing::TempDir() + "nibble_decode_packed.gguf";
   g::write_file(path, {}, m.tensors);
   const d::Stack s = d::load_gguf_stack(path);
-  ASSERT_EQ(s.linears.size(), 5u);
+  ASSERT_EQ(s.linears.size(), 6u);
   EXPECT_EQ(s.packed_count(), 0u);
   const d::Stack p = d::with_layout(s, true, 2);
-  ASSERT_EQ(p.linears.size(), 5u);
-  EXPECT_EQ(p.packed_count(), 3u);
+  ASSERT_EQ(p.linears.size(), 6u);
+  EXPECT_EQ(p.packed_count(), 4u);
   EXPECT_EQ(p.bytes(), s.bytes());
-  const bool want[] = {true, false, false, true, true};
-  for (std::size_t i = 0; i < 5; ++i) {
+  const bool want[] = {true, false, false, true, true, true};
+  for (std::size_t i = 0; i < 6; ++i) {
     const d::Linear& a = s.linears[i];
     const d::Linear& b = p.linears[i];
     EXPECT_EQ(b.packed, want[i]) << a.name;
@@ -248,9 +249,9 @@ TEST(DecodeStep, PackedLayout) {
   nibble::pack_gguf(path, packed_path);
   const d::Stack f = d::load_gguf_stack(packed_path);
   EXPECT_TRUE(f.skipped.empty());
-  ASSERT_EQ(f.linears.size(), 5u);
-  EXPECT_EQ(f.packed_count(), 3u);
-  for (std::size_t i = 0; i < 5; ++i) {
+  ASSERT_EQ(f.linears.size(), 6u);
+  EXPECT_EQ(f.packed_count(), 4u);
+  for (std::size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(f.linears[i].packed, want[i]);
     EXPECT_EQ(0, std::memcmp(f.linears[i].data, p.linears[i].data, p.linears[i].bytes));
   }

@@ -31,10 +31,10 @@ using nibble::test::KernelTest;
 
 constexpr double kRtol = 2e-5;
 constexpr double kAtol = 1e-30;
-const Format kPackable[] = {Format::q4_K,  Format::q5_K, Format::q6_K,   Format::q8_0,
-                            Format::q4_0,  Format::q4_1, Format::q5_0,   Format::q5_1,
-                            Format::q2_K,  Format::q3_K, Format::iq4_nl, Format::iq4_xs,
-                            Format::mxfp4, Format::nf4,  Format::fp4};
+const Format kPackable[] = {
+    Format::q4_K,  Format::q5_K, Format::q6_K, Format::q8_0, Format::q4_0,   Format::q4_1,
+    Format::q5_0,  Format::q5_1, Format::q2_K, Format::q3_K, Format::iq4_nl, Format::iq4_xs,
+    Format::mxfp4, Format::nf4,  Format::fp4,  Format::f16,  Format::bf16};
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {
   std::mt19937 g(seed);
@@ -51,7 +51,7 @@ TEST(Packed, WhichFormats) {
   for (Format f : kPackable) EXPECT_TRUE(nibble::packable(f)) << nibble::traits(f).name;
   EXPECT_FALSE(nibble::packable(Format::f32));
   EXPECT_FALSE(nibble::packable(Format::q8_K));
-  EXPECT_FALSE(nibble::packable(Format::bf16));
+  EXPECT_FALSE(nibble::packable(Format::q8_1));
   EXPECT_FALSE(nibble::packable(static_cast<Format>(99)));
 }
 
@@ -94,6 +94,9 @@ std::size_t packed_offset(Format f, std::size_t k, int i) {
       return k < 1 ? at(0, 1) : at(1, 4);
     case Format::q3_K:  // all but d in 4-byte units, then d (fp16)
       return k < 108 ? at(0, 4) : at(108, 2);
+    case Format::f16:  // a block of one value: a 2-byte unit (column c of the 16 rows together)
+    case Format::bf16:
+      return at(0, 2);
     case Format::nf4:  // the fp32 absmax, then the 32 code bytes: 4-byte units from the start
     case Format::fp4:
       return at(0, 4);
@@ -186,7 +189,7 @@ TEST(Packed, InPlaceBadInputThrowsAndWritesNothing) {
   EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, B.data(), rows, 100), nibble::Error);
   EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, B.data(), -1, cols), nibble::Error);
   EXPECT_THROW(nibble::pack_in_place(ctx, Format::q4_K, nullptr, rows, cols), nibble::Error);
-  EXPECT_THROW(nibble::unpack_in_place(ctx, Format::bf16, B.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::unpack_in_place(ctx, Format::q8_K, B.data(), rows, cols), nibble::Error);
   EXPECT_THROW(nibble::unpack_in_place(ctx, Format::q4_K, nullptr, rows, cols), nibble::Error);
   EXPECT_EQ(B, W);
   nibble::pack_in_place(ctx, Format::q4_K, nullptr, 0, cols);  // nothing to pack: no pointer needed
@@ -203,14 +206,14 @@ TEST(Packed, BadInputThrowsAndWritesNothing) {
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), -1, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, nullptr, rows, cols, out.data()), nibble::Error);
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, W.data(), rows, cols, nullptr), nibble::Error);
-  EXPECT_THROW(nibble::unpack(ctx, Format::bf16, W.data(), rows, cols, out.data()), nibble::Error);
+  EXPECT_THROW(nibble::unpack(ctx, Format::q8_K, W.data(), rows, cols, out.data()), nibble::Error);
   EXPECT_EQ(out, untouched);
   std::vector<std::uint8_t> buf = W;  // in-place / overlapping buffers are refused
   EXPECT_THROW(nibble::pack(ctx, Format::q4_K, buf.data(), rows, cols, buf.data() + 64),
                nibble::Error);
   EXPECT_EQ(buf, W);
   EXPECT_THROW(nibble::PackedWeights::view(Format::q4_K, nullptr, rows, cols), nibble::Error);
-  EXPECT_THROW(nibble::PackedWeights::view(Format::bf16, W.data(), rows, cols), nibble::Error);
+  EXPECT_THROW(nibble::PackedWeights::view(Format::q8_K, W.data(), rows, cols), nibble::Error);
   const nibble::PackedWeights v = nibble::PackedWeights::view(Format::q4_K, W.data(), rows, cols);
   EXPECT_FALSE(v.owns());
   std::vector<float> x(cols, 1.0f), y(rows, 7.0f);

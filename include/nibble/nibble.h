@@ -163,8 +163,9 @@ NIBBLE_CAPI nibble_status nibble_gemm(const nibble_context* ctx, int format, con
  * stream with no shuffles: it runs at the memory bandwidth where the plain layout is
  * compute-bound. Pack once (at load, or on disk with `nibble pack`); unpack gives back the plain
  * bytes exactly. Formats: q8_0, q4_K, q5_K, q6_K, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, iq4_nl,
- * iq4_xs, mxfp4, nf4, fp4 (nibble_packable). A format that is valid but not packable is
- * UNSUPPORTED. */
+ * iq4_xs, mxfp4, nf4, fp4, f16, bf16 (nibble_packable; f16 / bf16: a block is one 2-byte value, so
+ * the 16 rows' values of one column are stored together). A format that is valid but not packable
+ * is UNSUPPORTED. */
 
 /** 1 if `format` has a packed layout (pack / unpack / the packed products), else 0. */
 NIBBLE_CAPI int nibble_packable(int format);

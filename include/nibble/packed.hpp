@@ -19,6 +19,7 @@
 //   q5_1        d and m (one 4-byte unit); then qh; then the 16 quant bytes
 //   mxfp4       e (1-byte unit); then the 16 quant bytes
 //   nf4, fp4    the whole 36-byte block (fp32 absmax, then the 32 code bytes)
+//   f16, bf16   the block is one value: one 2-byte unit (column c of the 16 rows, 32 bytes)
 // (the order in which the kernels read them). The rows after the last full group keep
 // the plain GGUF layout, at the end. So a packed matrix has rows * row_bytes(f, cols) bytes, like
 // the plain one; it can be written to disk and mapped as it is, and unpack() gives back the GGUF

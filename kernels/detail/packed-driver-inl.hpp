@@ -82,9 +82,9 @@ inline constexpr std::size_t kPackedPrefetch = 3072;
 /// / 1.20, fp4.x16 1.14 / 1.17, q4_0.x16 1.18 / 1.15, q4_1.x16 1.10 / 1.19, iq4_nl.x16 1.09 /
 /// 1.11, q5_0.x16 1.06 / 0.99, mxfp4.x16 1.00 / 1.06 (docs/kernels.md, "Zen 4: no L1 prefetch for
 /// the small packed blocks on AVX-512"). On the AVX2 table the bodies that declare
-/// kFamily25NoL1Prefetch (Q8_0, Q2_K) get none either: q8_0.x16 1.16-1.21 / 1.03-1.17 (1 / 2
-/// threads, 4096 x 4096, 11008 x 4096, 4096 x 11008, 14336 x 4096; 0.80-0.87 -> 0.96-0.98 of the
-/// paired bandwidth on one thread), q2_K.x16 1.14-1.20 / 1.08-1.23 (docs/kernels.md, "Zen 4: no
+/// kFamily25NoL1Prefetch (Q8_0, Q2_K, f16 / bf16) get none either: q8_0.x16 1.16-1.21 / 1.03-1.17
+/// (1 / 2 threads, 4096 x 4096, 11008 x 4096, 4096 x 11008, 14336 x 4096; 0.80-0.87 -> 0.96-0.98 of
+/// the paired bandwidth on one thread), q2_K.x16 1.14-1.20 / 1.08-1.23 (docs/kernels.md, "Zen 4: no
 /// L1 prefetch for packed Q8_0 and Q2_K on AVX2"). The other small blocks keep theirs: Q3_K lost
 /// without it (0.91 / 0.93), Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 / NF4 / FP4 read level
 /// (0.94-1.08 on one thread).

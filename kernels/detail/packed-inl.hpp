@@ -26,6 +26,7 @@
 #include "nibble/formats/q6_k.hpp"
 #include "nibble/formats/q8_0.hpp"
 #include "nibble/formats/q8_k.hpp"
+#include "nibble/kernels/detail/float-packed-inl.hpp"
 #include "nibble/kernels/detail/intrin-common.hpp"
 #include "nibble/kernels/detail/intrin-neon.hpp"
 #include "nibble/kernels/detail/intrin-x86.hpp"
@@ -344,6 +345,8 @@ void register_packed(KernelTable& t) {
     set_packed<PackedKq23<Tag, false>>(t, Format::q2_K);
     set_packed<PackedKq23<Tag, true>>(t, Format::q3_K);
     set_packed<PackedIQ4XS<Tag>>(t, Format::iq4_xs);
+    set_packed<PackedFloat16<Tag, false>>(t, Format::f16);
+    set_packed<PackedFloat16<Tag, true>>(t, Format::bf16);
 #if defined(NIBBLE_K_X86)
     set_packed<PackedNf4<Tag, false>>(t, Format::nf4);
     set_packed<PackedNf4<Tag, true>>(t, Format::fp4);
