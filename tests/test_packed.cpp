@@ -129,6 +129,33 @@ TEST(Packed, BytePositions) {
   }
 }
 
+// f16 / bf16 pack as a tiled transpose (16 columns at a time, then the rest one by one): the
+// byte positions and the round trip for column counts around the tile size.
+TEST(Packed, Float16TilesAndTail) {
+  for (Format f : {Format::f16, Format::bf16}) {
+    for (std::int64_t cols : {1, 15, 16, 17, 37, 64}) {
+      const std::int64_t rows = 33;  // 2 groups + a plain row
+      const auto W = random_bytes(plain_bytes(f, rows, cols), 3 + static_cast<int>(cols));
+      std::vector<std::uint8_t> P(W.size(), 0xAA), U(W.size(), 0x55);
+      nibble::pack(nibble::Context{}, f, W.data(), rows, cols, P.data());
+      const std::size_t rb = static_cast<std::size_t>(cols) * 2;
+      int bad = 0;
+      for (std::int64_t g = 0; g < 2; ++g)
+        for (std::int64_t c = 0; c < cols; ++c)
+          for (int i = 0; i < 16; ++i)
+            for (int k = 0; k < 2; ++k) {
+              const std::size_t at = g * 16 * rb + (16 * c + i) * 2 + k;
+              const std::size_t from = (16 * g + i) * rb + 2 * c + k;
+              bad += P[at] != W[from];
+            }
+      for (std::size_t k = 32 * rb; k < W.size(); ++k) bad += P[k] != W[k];
+      EXPECT_EQ(bad, 0) << nibble::traits(f).name << " cols " << cols;
+      nibble::unpack(nibble::Context{}, f, P.data(), rows, cols, U.data());
+      EXPECT_EQ(U, W) << nibble::traits(f).name << " cols " << cols;
+    }
+  }
+}
+
 TEST(Packed, RoundTripIsExact) {
   for (Format f : kPackable) {
     for (std::int64_t rows : {0, 1, 15, 16, 17, 33, 64}) {
