@@ -151,19 +151,12 @@ inline void transpose16_u16(std::uint8_t* rows, std::size_t row_bytes, std::uint
       for (int i = 0; i < kG; ++i) std::memcpy(r + i * row_bytes, t[i], sizeof t[i]);
     }
   }
-  const int rest = static_cast<int>(nb - tiles * kG);  // the last columns, one at a time
+  // the last columns one at a time: units of the 16 rows, as permute_group moves them
+  std::uint8_t* r[kG];
+  for (int i = 0; i < kG; ++i)
+    r[i] = rows + i * row_bytes + static_cast<std::size_t>(tiles) * 2 * kG;
   std::uint8_t* g = packed + static_cast<std::size_t>(tiles) * sizeof o;
-  std::uint8_t* r = rows + static_cast<std::size_t>(tiles) * 2 * kG;
-  for (int c = 0; c < rest; ++c)
-    for (int i = 0; i < kG; ++i) {
-      std::uint8_t* pv = g + 2 * (kG * c + i);
-      std::uint8_t* rv = r + i * row_bytes + 2 * c;
-      if (to_packed) {
-        std::memcpy(pv, rv, 2);
-      } else {
-        std::memcpy(rv, pv, 2);
-      }
-    }
+  interleave16<2>(r, r, to_packed ? g : nullptr, g, static_cast<int>(nb - tiles * kG));
 }
 
 /// Packs one group (to_packed) or unpacks it: the 16 plain rows at `rows` (row_bytes apart, nb
