@@ -300,11 +300,12 @@ struct PackedQ8_0 : PackedBody<Tag> {
   /// FormatKernels::gemm_packed. On AMD's family-25 cores (amd_family25_tuning) the GEMV of the
   /// AVX-512 tables runs this body on ymm registers (Ymm<Tag>: EVEX vpdpbusd; the same activation
   /// layout, Q8_0Simd::kPad, and bit-identical results: each row's int32 sums and float steps are
-  /// the same). Zen 4, nibble-bench cold, builds alternated over 3 rounds, medians of per-round
-  /// ratios, 1 / 2 threads: 4096 x 4096 1.17 / 1.16, 11008 x 4096 1.11 / 1.14, 4096 x 11008 1.18
-  /// / 1.06 (0.84-0.85 -> 0.96-0.97 of the paired bandwidth on one thread); L3-resident 1.22 /
-  /// 1.15, L2-resident level (docs/kernels.md, "Zen 4: packed Q8_0 on ymm registers"). Other
-  /// cores keep the 64-byte body (Zen 5: 0.88-1.08 of the bandwidth, packed_streams).
+  /// the same). Zen 4, nibble-bench cold, builds alternated over 3 rounds, medians of the
+  /// per-round ratios of the paired bandwidth, 1 / 2 threads: 4096 x 4096 1.11 / 1.19, 11008 x
+  /// 4096 1.09 / 1.05, 4096 x 11008 1.10 / 1.01, 14336 x 4096 1.10 / 1.30 (0.87-0.89 ->
+  /// 0.95-0.99 on one thread); L3-resident 1.05 / 1.04, L2-resident 1.00 / 0.95 (docs/kernels.md,
+  /// "Zen 4: packed Q8_0 on ymm registers"). Other cores keep the 64-byte body (Zen 5: 0.88-1.08
+  /// of the bandwidth, packed_streams).
   static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                    const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
     if constexpr (!std::is_same_v<Ymm<Tag>, Tag>) {
