@@ -306,13 +306,14 @@ struct PackedQ8_0 : PackedBody<Tag> {
   /// 0.95-0.99 on one thread); L3-resident 1.05 / 1.04, L2-resident 1.00 / 0.95 (docs/kernels.md,
   /// "Zen 4: packed Q8_0 on ymm registers"). Other cores keep the 64-byte body (Zen 5: 0.88-1.08
   /// of the bandwidth, packed_streams).
+  static constexpr std::int64_t kRowsMinN = 2;  ///< n from which the rows engine runs
   static void gemm(const void* P, std::int64_t g0, std::int64_t g1, std::int64_t cols,
                    const void* A, std::size_t arb, std::int64_t n, float* Y, std::int64_t ldy) {
     if constexpr (!std::is_same_v<Ymm<Tag>, Tag>) {
-      if (n < 2 && amd_family25_tuning())
+      if (n < kRowsMinN && amd_family25_tuning())
         return packed_gemv_rows<PackedQ8_0<Ymm<Tag>>>(P, g0, g1, cols, A, arb, n, Y, ldy);
     }
-    packed_gemm<Tag, PackedQ8_0, Q8_0Rows<Tag>, 2>(P, g0, g1, cols, A, arb, n, Y, ldy);
+    packed_gemm<Tag, PackedQ8_0, Q8_0Rows<Tag>, kRowsMinN>(P, g0, g1, cols, A, arb, n, Y, ldy);
   }
 };
 
