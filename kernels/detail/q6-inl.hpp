@@ -271,13 +271,18 @@ struct Q6Simd {
           if constexpr (kPerm) {
             const VI32<Tag> i0 = loadu<std::int32_t, Tag>(pt.perm[h][v][0]);
             const VI32<Tag> i1 = loadu<std::int32_t, Tag>(pt.perm[h][v][1]);
+            // each row's sum a chain (keep_order): GCC otherwise adds the 32 pmaddwd products
+            // of a block as a tree and spills them (stack operands 47 -> 27 in run<2, 1>;
+            // Zen 5, warm 1.11-1.15x, cold 1.04-1.12x; docs/kernels.md)
             for (int r = 0; r < R; ++r) {
               VU8<Tag> lo, hi;
               levels<h, v>(x[r], lo, hi);
               isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(lo, a0),
                                                 as<std::int16_t>(permute_i32<Tag>(rs[r].t[0], i0)));
+              keep_order(isum[r]);
               isum[r] = isum[r] + madd_i16<Tag>(madd_u8s8<Tag>(hi, a1),
                                                 as<std::int16_t>(permute_i32<Tag>(rs[r].t[1], i1)));
+              keep_order(isum[r]);
             }
           } else {
             const Init i0 = loadu<typename Init::value_type, Tag>(p[b].init + o0);
