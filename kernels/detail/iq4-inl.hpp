@@ -74,7 +74,7 @@ struct IQ4XSSimd {
   static constexpr int kR = 4;          ///< rows per GEMV group
   static constexpr int kRowsMinN = 3;   ///< n from which RowsGemm runs (see kq_gemm)
   using D = S8Dot<Tag>;
-  static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
+  static constexpr bool kDot4 = kInt8Dots<Tag>;
 
   /// Per activation block: per register v the activations of its low then high nibbles
   /// (a[2 v W ..]), the starting value -D::kBias * (sum of the 8 activations) of each int32

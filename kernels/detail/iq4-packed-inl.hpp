@@ -129,10 +129,10 @@ struct PackedIQ4XS : PackedBody<Tag> {
             // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise
             // reassociated them and spilled (AVX2: 174 -> 14 stack accesses, warm +15 %,
             // docs/kernels.md "Register pressure on 256-bit")
-            if constexpr (!PackedBody<Tag>::kIntDots) keep_order(s);
+            if constexpr (!kInt8Dots<Tag>) keep_order(s);
           });
           tot = tot + s * (ls() - VI32<Tag>(32));
-          if constexpr (!PackedBody<Tag>::kIntDots) keep_order(tot);
+          if constexpr (!kInt8Dots<Tag>) keep_order(tot);
         }
       });
       st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(w0) * da, st.acc[h]);

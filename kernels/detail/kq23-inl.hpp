@@ -390,7 +390,7 @@ struct Q3Simd {
   static constexpr int kR = 4;
   static constexpr int kRowsMinN = 3;  ///< n from which RowsGemm runs (see kq_gemm)
   /// A 4-way int8 dot instruction: the -4 offset starts int32 lanes (else int16 pairs).
-  static constexpr bool kDot4 = Tag::vnni || Tag::dotprod;
+  static constexpr bool kDot4 = kInt8Dots<Tag>;
   static constexpr bool kPairs = !kDot4;  ///< scale pattern layout (see Kq23Layout)
 
   /// Per activation block: the values in register order; kDot4: the starting values -4 * (sum of
@@ -803,7 +803,7 @@ struct Q2Rows : KqRowsTiles<Q2Rows, BlockQ2_K, 84> {
   static constexpr bool kActScalePerSub = false;
   /// int16 depth without VNNI / sdot: a sub-block's 4 slots, 4 * 2 * 3 * 128 < 2^15.
   template <class Tag>
-  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
+  static constexpr int kDepth = kInt8Dots<Tag> ? 1 : 4;
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
   /// The tile of one block of L rows read from `src` (KqPlainSrc or KqPackedSrc).
@@ -846,7 +846,7 @@ struct Q3Rows : KqRowsTiles<Q3Rows, BlockQ3_K, 108> {
   static constexpr bool kActScalePerSub = false;
   /// int16 depth without VNNI / sdot: 4 * 2 * 7 * 128 < 2^15.
   template <class Tag>
-  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 4;
+  static constexpr int kDepth = kInt8Dots<Tag> ? 1 : 4;
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
   /// The tile of one block of L rows read from `src` (KqPlainSrc or KqPackedSrc).

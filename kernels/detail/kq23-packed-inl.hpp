@@ -47,7 +47,7 @@ struct PackedKq23 : PackedBody<Tag> {
   static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:
   /// 4 * 2 * 7 * 128 < 2^15) widened once.
-  static constexpr bool kInt32 = PackedBody<Tag>::kIntDots;
+  static constexpr bool kInt32 = kInt8Dots<Tag>;
   /// Q2_K with VNNI: the levels of shift g taken as q & (3 << 2g), i.e. 4^g times the level
   /// (at most 192, a valid unsigned byte), and the exact int32 sums shifted back: one operation
   /// per register instead of two.

@@ -300,7 +300,7 @@ struct Q32Simd {
       using D = S8Dot<Tag>;
       return D::dot_prepped(D::dot_prepped(init, as<std::int8_t>(lo), alo), as<std::int8_t>(hi),
                             ahi);
-    } else if constexpr (Tag::vnni || Tag::dotprod) {
+    } else if constexpr (kInt8Dots<Tag>) {
       return dot_u8s8<Tag>(dot_u8s8<Tag>(init, lo, alo), hi, ahi);
     } else {
       // int16 pair sums of both halves: 2 * 2 * 31 * 128 < 2^15.
@@ -551,9 +551,9 @@ struct Q32Rows {
   /// int16 accumulation depth without VNNI / sdot (slots of 4 values; |a| <= 128):
   /// 2 * 8 * 15 * 128, 2 * 4 * 31 * 128, 2 * 4 * 24 * 128 < 2^15. IQ4_NL: S8Dot (depth 1).
   template <class T>
-  static constexpr int kDepth = (T::vnni || T::dotprod || S::kSigned) ? 1
-                                : (Fmt::kQh >= 0 || Fmt::kE8M0)       ? 4
-                                                                      : 8;
+  static constexpr int kDepth = (kInt8Dots<T> || S::kSigned)    ? 1
+                                : (Fmt::kQh >= 0 || Fmt::kE8M0) ? 4
+                                                                : 8;
   static std::int64_t blocks(std::int64_t cols) { return S::steps(cols); }
 
   template <class T>

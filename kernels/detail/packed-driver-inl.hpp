@@ -287,9 +287,6 @@ struct PackedBody {
   static constexpr bool kFamily25NoL1Prefetch = false;
   static constexpr int kL = Tag::bytes / 4;           ///< rows per register
   static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
-  /// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI, sdot); the
-  /// bodies without them sum pmaddubsw / smull pairs in int16 first.
-  static constexpr bool kIntDots = Tag::vnni || Tag::dotprod;
   /// Sub-tiles per pass of a body that can run its block for several sub-tiles at once, the
   /// sub-tiles innermost so that each activation broadcast serves all of them (docs/kernels.md,
   /// "Packed bodies on 256-bit VNNI"): all kH when `share`, one otherwise. x86 only: NEON's four

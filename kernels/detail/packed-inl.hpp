@@ -73,7 +73,7 @@ struct PackedQ6 : PackedBody<Tag> {
 
   /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over two units (pmaddubsw /
   /// smull: 2 * 2 * 63 * 127 < 2^15), scaled by pmaddwd against the scale in both halves.
-  static constexpr bool kInt32 = B::kIntDots;
+  static constexpr bool kInt32 = kInt8Dots<Tag>;
 
   /// The unsigned 6-bit levels of quarters J and J + 2 (J = 0, 1) at unit k of half hh,
   /// sub-tile h: both take their low 4 bits from the same ql unit (low / high nibbles) and their

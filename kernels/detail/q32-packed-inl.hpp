@@ -43,7 +43,7 @@ struct PackedQ32 : PackedBody<Tag> {
   static constexpr std::size_t kGroupBlock = P::kGroupBlock;
   /// int32 sums per unit (VNNI, sdot, and IQ4_NL's S8Dot), or int16 pair sums over kDepthU
   /// units (pmaddubsw: Q32Rows' bound, two slots per unit) widened once.
-  static constexpr bool kInt32 = PackedBody<Tag>::kIntDots || S::kSigned;
+  static constexpr bool kInt32 = kInt8Dots<Tag> || S::kSigned;
   static constexpr int kDepthU = kInt32 ? 1 : Q32Rows<Tag, F>::template kDepth<Tag> / 2;
 
   /// IQ4_NL without VNNI (S8Dot::kAbsAct): the products from S8Dot::madd_abs against the

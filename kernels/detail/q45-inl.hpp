@@ -287,7 +287,7 @@ struct Q45Rows {
   static constexpr bool kActScalePerSub = false;
   /// int16 accumulation depth without VNNI/sdot: 2 * 15 * 127 * 8 and 2 * 31 * 127 * 4 < 2^15.
   template <class Tag>
-  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : (HighBit ? 4 : 8);
+  static constexpr int kDepth = kInt8Dots<Tag> ? 1 : (HighBit ? 4 : 8);
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
   /// Block b of L = Tag::bytes / 4 rows: the packed quants are transposed (L dwords per row at a

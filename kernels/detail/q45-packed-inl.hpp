@@ -77,7 +77,7 @@ struct PackedQ45 : PackedBody<Tag> {
 
   /// Integer sums in int32 per unit (VNNI, sdot), or in int16 over kDepth units (pmaddubsw /
   /// smull: 2 * 15 * 127 * 8 and 2 * 31 * 127 * 4 stay below 2^15).
-  static constexpr bool kInt32 = B::kIntDots;
+  static constexpr bool kInt32 = kInt8Dots<Tag>;
   static constexpr int kDepth = HighBit ? 4 : 8;
 
   /// Q5_K with VNNI: the fifth bits are not merged into the levels but dotted on their own, as

@@ -338,7 +338,7 @@ struct Q6Rows {
   static constexpr bool kActScalePerSub = false;
   /// int16 accumulation depth without VNNI/sdot: 2 slots of 2 * 2 * 63 * 127 < 2^15.
   template <class Tag>
-  static constexpr int kDepth = (Tag::vnni || Tag::dotprod) ? 1 : 2;
+  static constexpr int kDepth = kInt8Dots<Tag> ? 1 : 2;
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
   template <class Tag>

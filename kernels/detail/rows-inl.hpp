@@ -109,7 +109,7 @@ struct RowsGemm {
                                          bcast4<Tag>(q + c * Pol::kValues + 4 * (s * kPer + k0)));
               // without an int8 dot instruction dot() is a product plus an add, which GCC
               // would otherwise reorder into a tree as below
-              if constexpr (!Tag::vnni && !Tag::dotprod) keep_order(sum[c]);
+              if constexpr (!kInt8Dots<Tag>) keep_order(sum[c]);
             }
           } else {
             // int16 pair sums of kDepth slots, widened once (bounded by the policy's kDepth).

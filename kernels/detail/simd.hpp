@@ -166,6 +166,12 @@ inline void prefetch_l2(const void* p) {
 template <class Tag>
 inline constexpr bool kLinearGroupPrefetch = Tag::bytes == 32;
 
+/// Whether the tag has int8 dot instructions that sum into int32 lanes (VNNI vpdpbusd, NEON
+/// sdot). Without them the integer bodies multiply with pmaddubsw / smull into int16 pairs and
+/// add those up themselves.
+template <class Tag>
+inline constexpr bool kInt8Dots = Tag::vnni || Tag::dotprod;
+
 /// Whether the Q4_K / Q5_K, Q6_K and IQ4_XS GEMV bodies prefetch the weights a few hundred bytes
 /// ahead into L1: on 32-byte tags only. On AVX-512 the hardware prefetcher and the next group's
 /// L2 prefetch feed them better alone (Zen 5, cold, 1 thread, 3 alternated rounds, GB/s: q6_K
