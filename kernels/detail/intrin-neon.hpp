@@ -442,6 +442,10 @@ template <class T, class A>
   v = xsimd::batch<T, A>(r);
 }
 
+/// See intrin-x86.hpp. Arm has no load-operate instructions, so nothing to do.
+template <class T, class A>
+[[gnu::always_inline]] inline void in_register(xsimd::batch<T, A>&) {}
+
 template <class A>
 inline xsimd::batch<float, A> round_even(const xsimd::batch<float, A>& a) {
   return xsimd::batch<float, A>(vrndnq_f32(a));

@@ -87,8 +87,7 @@ struct PackedKq23 : PackedBody<Tag> {
 
   /// The unsigned levels of qs unit K at shift G (Q3_K: with the high bit from hmask).
   template <int K, int G>
-  static VU8<Tag> level(const std::uint8_t* gb, int h) {
-    const VU32<Tag> q = unit(gb, kQs + K, h);
+  static VU8<Tag> level(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
     if constexpr (kHiTrick) {
       return as<std::uint8_t>(q & VU32<Tag>(0x03030303u << (2 * G)));
     } else {
@@ -110,9 +109,9 @@ struct PackedKq23 : PackedBody<Tag> {
   template <int K, int G>
   static constexpr int kP3 = 4 * (K / 8) + G - 2 > 0 ? 4 * (K / 8) + G - 2 : 0;
   template <int K, int G>
-  static VU8<Tag> level_scaled(const std::uint8_t* gb, int h) {
+  static VU8<Tag> level_scaled(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
     constexpr int kP = kP3<K, G>, kD = kP - 2 * G, kE = kP + 2 - (4 * (K / 8) + G);
-    const VU32<Tag> q = unit(gb, kQs + K, h), hm = unit(gb, K % 8, h);
+    const VU32<Tag> hm = unit(gb, K % 8, h);
     const VU32<Tag> qs = kD >= 0 ? q << (kD >= 0 ? kD : 0) : q >> (kD < 0 ? -kD : 0);
     const VU32<Tag> hs = hm << kE;  // kE >= 0
     return as<std::uint8_t>((qs & VU32<Tag>(0x03030303u << kP)) |
@@ -145,26 +144,27 @@ struct PackedKq23 : PackedBody<Tag> {
   /// sub-tile's rows against the activations `as_` (its 16 values), without Q3_K's -4 offset:
   /// |sum| <= 16 * 7 * 128 < 2^15.
   template <int HH, int G, int T>
-  static VI32<Tag> sub_sum(const std::uint8_t* gb, int h, const std::uint8_t* as_) {
+  static VI32<Tag> sub_sum(const VU32<Tag> (&q)[4], const std::uint8_t* gb, int h,
+                           const std::uint8_t* as_) {
     constexpr int k0 = 8 * HH + 4 * T;
     VI32<Tag> s(0);
     if constexpr (Q3 && Tag::vnni) {
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s = dot_u8s8<Tag>(s, level_scaled<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+        s = dot_u8s8<Tag>(s, level_scaled<k0 + k, G>(q[k], gb, h), bcast4<Tag>(as_ + 4 * k));
       });
       return s >> kP3<k0, G>;  // exact: a multiple of 2^kP3
     } else if constexpr (kInt32) {
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s = dot_u8s8<Tag>(s, level<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+        s = dot_u8s8<Tag>(s, level<k0 + k, G>(q[k], gb, h), bcast4<Tag>(as_ + 4 * k));
       });
       return kHiTrick ? s >> (2 * G) : s;  // exact: a multiple of 4^G
     } else {
       VI16<Tag> s16(0);
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(gb, h), bcast4<Tag>(as_ + 4 * k));
+        s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(q[k], gb, h), bcast4<Tag>(as_ + 4 * k));
       });
       return madd_i16<Tag>(s16, VI16<Tag>(static_cast<std::int16_t>(1)));
     }
@@ -184,16 +184,23 @@ struct PackedKq23 : PackedBody<Tag> {
       VI16<Tag> sp[4][2];
       scale_pairs(gb, h, sp);
       VI32<Tag> tot(0);
-      static_for<8>([&](auto ic) {  // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
-        constexpr int i = decltype(ic)::value, hh = i / 4, gp = i / 2 % 2, t = i % 2;
-        constexpr int c = 2 * hh + gp;
-        const std::uint8_t* as_ = aq + 128 * hh + 64 * gp + 16 * t;
-        const VI32<Tag> sa = sub_sum<hh, 2 * gp, t>(gb, h, as_);
-        const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t>(gb, h, as_ + 32);
-        const VU32<Tag> pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
-        tot = madd_acc_i16<Tag>(tot, as<std::int16_t>(pair), sp[c][t]);
-        if constexpr (Q3)
-          tot = madd_acc_i16<Tag>(tot, sp[c][t], as<std::int16_t>(VI32<Tag>(pb.off[c][t])));
+      // qs units 8 hh + 4 t .. + 3 loaded once and read at all four shifts (sub-blocks 8 hh + t,
+      // + 2, + 4, + 6); loaded per shift they were 64 more loads per block and sub-tile, and the
+      // AVX-512 Q3_K body was load-bound (1.14x with packed_unit's hold, L2-resident)
+      static_for<4>([&](auto jc) {
+        constexpr int hh = decltype(jc)::value / 2, t = decltype(jc)::value % 2;
+        VU32<Tag> q[4];
+        for (int k = 0; k < 4; ++k) q[k] = unit(gb, kQs + 8 * hh + 4 * t + k, h);
+        static_for<2>([&](auto gc) {  // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
+          constexpr int gp = decltype(gc)::value, c = 2 * hh + gp;
+          const std::uint8_t* as_ = aq + 128 * hh + 64 * gp + 16 * t;
+          const VI32<Tag> sa = sub_sum<hh, 2 * gp, t>(q, gb, h, as_);
+          const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t>(q, gb, h, as_ + 32);
+          const VU32<Tag> pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
+          tot = madd_acc_i16<Tag>(tot, as<std::int16_t>(pair), sp[c][t]);
+          if constexpr (Q3)
+            tot = madd_acc_i16<Tag>(tot, sp[c][t], as<std::int16_t>(VI32<Tag>(pb.off[c][t])));
+        });
       });
       if constexpr (Q3) {
         const VF<Tag> d = load_f16<Tag>(gb + 16 * 108 + Tag::bytes / 2 * h);

@@ -493,11 +493,12 @@ struct Q32Packed {
   static VF<Tag> min(const std::uint8_t* gb, int h) { return h2f_lo16<Tag>(unit(gb, 0, h) >> 16); }
 
   /// The kernel levels (those of Q32Simd::levels) of quant unit u of the sub-tile's rows: lo of
-  /// values 4u..4u+3, hi of values 16 + 4u ...
+  /// values 4u..4u+3, hi of values 16 + 4u ... kHold: the units' registers held (packed_unit).
+  template <bool kHold = false>
   static void levels(const std::uint8_t* gb, int h, int u, const VI8<Tag>& tbl, VU8<Tag>& lo,
                      VU8<Tag>& hi) {
     const VU32<Tag> m4(0x0F0F0F0Fu);
-    const VU32<Tag> q = unit(gb + kQs, u, h);
+    const VU32<Tag> q = packed_unit<Tag, kHold>(gb + kQs, u, h);
     const VU32<Tag> l = q & m4, hh = (q >> 4) & m4;
     if constexpr (Fmt::kQh >= 0) {
       // The fifth bits: qh bits 4u + k (lo) and 16 + 4u + k (hi) of each row to bit 4 of byte
@@ -514,7 +515,7 @@ struct Q32Packed {
         }
       };
       static constexpr Pat kP{};
-      const VI8<Tag> qh = as<std::int8_t>(unit(gb + kQh, 0, h));
+      const VI8<Tag> qh = as<std::int8_t>(packed_unit<Tag, kHold>(gb + kQh, 0, h));
       const VU8<Tag> bit = loadu<std::uint8_t, Tag>(kP.bit[u % 2]),
                      b4(static_cast<std::uint8_t>(0x10));
       const VU8<Tag> rl =

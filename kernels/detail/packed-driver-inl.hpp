@@ -271,10 +271,21 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
 }
 
 /// A register of unit u of sub-tile h of a packed group block `gb`: that 4-byte unit of the
-/// rows h L .. h L + L - 1 (L = Tag::bytes / 4), one row per int32 lane.
-template <class Tag>
+/// rows h L .. h L + L - 1 (L = Tag::bytes / 4), one row per int32 lane. With kHold the register
+/// is held (in_register): the GEMV bodies use most units two to four times (shifted, masked), and
+/// a load folded into each use made them load-bound on x86. A Zen 5 core, a /tmp harness calling
+/// the GEMV of HEAD's kernels and of these alternately in one process (256 x 4096, L2-resident,
+/// one thread, median of 200 pair ratios): AVX-512 q4_K.x16 1.28, q6_K 1.25, nf4 / fp4 1.59,
+/// q4_0 1.41, q4_1 1.19, iq4_xs 1.14, q3_K 1.14, iq4_nl 1.09, q5_K 1.05, q2_K 1.03; AVX-VNNI
+/// 0.96-1.24, AVX2 1.00-1.27; cold (1.5 GB of rotated copies) AVX-512 nf4 / fp4 1.77 / 1.66 and
+/// the rest level, memory-bound (docs/kernels.md, "Packed units held in registers"). Held,
+/// Q5_0 / Q5_1 / MXFP4 on 64-byte vectors and Q8_0 with int8 dots (one use per unit) read
+/// 0.93-0.99: they keep the folded loads, as do the GEMM engine's tile reads (repack_packed).
+template <class Tag, bool kHold = false>
 inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
-  return loadu<std::uint32_t, Tag>(gb + u * PackedGroup::kUnitRow + h * Tag::bytes);
+  VU32<Tag> v = loadu<std::uint32_t, Tag>(gb + u * PackedGroup::kUnitRow + h * Tag::bytes);
+  if constexpr (kHold) in_register(v);
+  return v;
 }
 
 /// What every packed GEMV body shares: L rows per register, kH sub-tiles per group, one float
@@ -303,7 +314,10 @@ struct PackedBody {
   static void store(const State& st, float* y) {
     for (int h = 0; h < kH; ++h) st.acc[h].store_unaligned(y + h * kL);
   }
-  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) { return packed_unit<Tag>(gb, u, h); }
+  /// A held unit register (packed_unit's kHold): what the GEMV bodies read.
+  static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
+    return packed_unit<Tag, true>(gb, u, h);
+  }
 };
 
 /// The activations of a packed body on Q8_K: the plain blocks (also read by the GEMM engine)
