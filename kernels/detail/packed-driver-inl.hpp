@@ -279,8 +279,9 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
 /// q4_0 1.41, q4_1 1.19, iq4_xs 1.14, q3_K 1.14, iq4_nl 1.09, q5_K 1.05, q2_K 1.03; AVX-VNNI
 /// 0.96-1.24, AVX2 1.00-1.27; cold (1.5 GB of rotated copies) AVX-512 nf4 / fp4 1.77 / 1.66 and
 /// the rest level, memory-bound (docs/kernels.md, "Packed units held in registers"). Held,
-/// Q5_0 / Q5_1 / MXFP4 on 64-byte vectors and Q8_0 with int8 dots (one use per unit) read
-/// 0.93-0.99: they keep the folded loads, as do the GEMM engine's tile reads (repack_packed).
+/// Q5_0 / Q5_1 / MXFP4 / Q8_0 on 64-byte vectors read 0.93-0.99 and Q8_0 on AVX-VNNI 1.00: they
+/// keep the folded loads (Q8_0 wherever it has int8 dots, one use per unit), as do the GEMM
+/// engine's tile reads (repack_packed).
 template <class Tag, bool kHold = false>
 inline VU32<Tag> packed_unit(const std::uint8_t* gb, int u, int h) {
   VU32<Tag> v = loadu<std::uint32_t, Tag>(gb + u * PackedGroup::kUnitRow + h * Tag::bytes);
