@@ -277,8 +277,8 @@ inline void packed_gemv(const std::uint8_t* P, std::int64_t g0, std::int64_t g1,
 /// the GEMV of HEAD's kernels and of these alternately in one process (256 x 4096, L2-resident,
 /// one thread, median of 200 pair ratios): AVX-512 q4_K.x16 1.28, q6_K 1.25, nf4 / fp4 1.59,
 /// q4_0 1.41, q4_1 1.19, iq4_xs 1.14, q3_K 1.14, iq4_nl 1.09, q5_K 1.05, q2_K 1.03; AVX-VNNI
-/// 0.96-1.24, AVX2 1.00-1.27; cold (1.5 GB of rotated copies) AVX-512 nf4 / fp4 1.77 / 1.66 and
-/// the rest level, memory-bound (docs/kernels.md, "Packed units held in registers"). Held,
+/// 0.96-1.24, AVX2 1.00-1.27; cold (nibble-bench, paired bandwidth) AVX-512 nf4 / fp4 1.03-1.14
+/// and the rest level, memory-bound (docs/kernels.md, "Packed units held in registers"). Held,
 /// Q5_0 / Q5_1 / MXFP4 / Q8_0 on 64-byte vectors read 0.93-0.99 and Q8_0 on AVX-VNNI 1.00: they
 /// keep the folded loads (Q8_0 wherever it has int8 dots, one use per unit), as do the GEMM
 /// engine's tile reads (repack_packed).
