@@ -772,12 +772,11 @@ template <class T, class A>
 /// vector loaded once and used several times is one load, where GCC otherwise folds the load into
 /// every use (a memory operand each, that is one more load per use). On a Zen 5 core loads,
 /// plain, folded or broadcast, issue at about two per cycle, and the packed GEMV bodies were
-/// bound by them (docs/kernels.md, "Packed units held in registers").
+/// bound by them (docs/kernels.md, "Packed units held in registers"). The same empty asm
+/// statement as keep_order, which it reuses.
 template <class T, class A>
 [[gnu::always_inline]] inline void in_register(xsimd::batch<T, A>& v) {
-  typename xsimd::batch<T, A>::register_type r = v;
-  __asm__("" : "+v"(r));
-  v = xsimd::batch<T, A>(r);
+  keep_order(v);
 }
 
 /// The 4 bytes at p repeated in every 32-bit lane.
