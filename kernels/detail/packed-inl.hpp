@@ -194,69 +194,106 @@ struct PackedQ6 : PackedBody<Tag> {
     }
   }
 
+  /// Sub-tiles per pass of block(): with int32 dots in the sub-block order on a 256-bit x86 tag
+  /// (AVX-VNNI) both, the sub-tiles innermost, so that each activation broadcast serves both and
+  /// every unit register's 64 bytes (both sub-tiles' halves) are read together; one elsewhere.
+  /// q6_K.x16 on AVX-VNNI, Zen 5, nibble-bench, 5 rounds of alternated binaries, median ratio of
+  /// the paired bandwidth (1 / 2 threads): cold 4096 x 4096 1.08 / 1.11, 11008 x 4096 1.42 /
+  /// 1.11, 4096 x 11008 1.29 / 1.09, 14336 x 4096 1.19 / 1.10; L2-resident 1.06 / 1.02; the
+  /// packed Q4_K_M decode step (4 layers, 7 rounds) 1.09 / 1.08 (docs/kernels.md, "Packed Q6_K on
+  /// AVX-VNNI: both sub-tiles per pass"). The results do not change: per row the same integer
+  /// sums in the same order.
+  static constexpr int kPass = kInt32 && !kUnitOrder ? B::pass_size(true) : 1;
+
   /// One group block: per half, unit by unit where kUnitOrder, otherwise quarters J and J + 2
   /// together, sub-block by sub-block, each sub-block's scaled sum added to the total before the
-  /// next starts (keep_order), so that two sums are live besides the total. The per-unit order
-  /// (all four quarters of a unit at once, eight sums live) spilled on the 16 registers of the
-  /// 256-bit tags (docs/kernels.md, "Register pressure on 256-bit"). The level offset (-32 per
-  /// level) is one term per block, offset(): |total| <= 16 * 16 * 63 * 127 * 128 < 2^31, exact in
-  /// int32.
+  /// next starts (keep_order), so that two sums per sub-tile are live besides the totals. The
+  /// per-unit order (all four quarters of a unit at once, eight sums live) spilled on the 16
+  /// registers of the 256-bit tags (docs/kernels.md, "Register pressure on 256-bit"). The level
+  /// offset (-32 per level) is one term per block, offset(): |total| <= 16 * 16 * 63 * 127 * 128 <
+  /// 2^31, exact in int32.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& a,
                                                   std::int64_t b, State& st) {
+    for (int h0 = 0; h0 < kH; h0 += kPass) pass(gb, a, b, h0, st);
+  }
+
+  /// block() for the sub-tiles h0 .. h0 + kPass - 1.
+  [[gnu::always_inline]] static inline void pass(const std::uint8_t* gb, const Act& a,
+                                                 std::int64_t b, int h0, State& st) {
     const BlockQ8_K& ab = a.a[b];
     const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
     const VF<Tag> da(ab.d);
-    for (int h = 0; h < kH; ++h) {
-      VI32<Tag> tot(0);
-      for (int hh = 0; hh < 2; ++hh) {
-        const VU32<Tag> su0 = packed_unit<Tag>(gb, 48 + 2 * hh, h);  // sub-blocks 8 hh ..
-        const VU32<Tag> su4 = packed_unit<Tag>(gb, 49 + 2 * hh, h);  // 8 hh + 4 ..
-        if constexpr (kUnitOrder) {
-          block_half_by_unit(gb, h, aq + 128 * hh, hh, su0, su4, tot);
-        } else {
-          static_for<4>([&](auto ic) {
-            constexpr int J = decltype(ic)::value / 2, t = decltype(ic)::value % 2;
-            // sub-blocks 8 hh + 2 J + t (quarter J) and + 4 (quarter J + 2): units 4 t ..
-            const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;  // quarter J
-            const std::uint8_t* x2 = x0 + 64;                          // quarter J + 2
-            if constexpr (kInt32) {
-              VI32<Tag> s0(0), s2(0);
-              for (int k = 0; k < 4; ++k) {
+    VI32<Tag> tot[kPass];  // sub-tile h0 + h
+    for (int h = 0; h < kPass; ++h) tot[h] = VI32<Tag>(0);
+    for (int hh = 0; hh < 2; ++hh) {
+      // The scale units of sub-tile h0 + h: sub-blocks 8 hh .. (su0), 8 hh + 4 .. (su4); with one
+      // sub-tile per pass loaded once per half, with two at each use (fewer registers live).
+      const VU32<Tag> su0_h0 = packed_unit<Tag>(gb, 48 + 2 * hh, h0);
+      const VU32<Tag> su4_h0 = packed_unit<Tag>(gb, 49 + 2 * hh, h0);
+      auto su0 = [&](int h) {
+        return kPass == 1 ? su0_h0 : packed_unit<Tag>(gb, 48 + 2 * hh, h0 + h);
+      };
+      auto su4 = [&](int h) {
+        return kPass == 1 ? su4_h0 : packed_unit<Tag>(gb, 49 + 2 * hh, h0 + h);
+      };
+      if constexpr (kUnitOrder) {
+        block_half_by_unit(gb, h0, aq + 128 * hh, hh, su0(0), su4(0), tot[0]);
+      } else {
+        static_for<4>([&](auto ic) {
+          constexpr int J = decltype(ic)::value / 2, t = decltype(ic)::value % 2;
+          // sub-blocks 8 hh + 2 J + t (quarter J) and + 4 (quarter J + 2): units 4 t ..
+          const std::uint8_t* x0 = aq + 128 * hh + 32 * J + 16 * t;  // quarter J
+          const std::uint8_t* x2 = x0 + 64;                          // quarter J + 2
+          if constexpr (kInt32) {
+            VI32<Tag> s0[kPass], s2[kPass];
+            for (int h = 0; h < kPass; ++h) s0[h] = s2[h] = VI32<Tag>(0);
+            for (int k = 0; k < 4; ++k) {
+              const VI8<Tag> a0 = bcast4<Tag>(x0 + 4 * k), a2 = bcast4<Tag>(x2 + 4 * k);
+              for (int h = 0; h < kPass; ++h) {
                 VU8<Tag> l0, l2;
-                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-                s0 = dot_u8s8<Tag>(s0, l0, bcast4<Tag>(x0 + 4 * k));
-                s2 = dot_u8s8<Tag>(s2, l2, bcast4<Tag>(x2 + 4 * k));
-              }
-              constexpr int sh = 24 - 8 * (2 * J + t);  // byte 2 J + t to the top
-              tot = tot + s0 * ((as<std::int32_t>(su0) << sh) >> 24) +
-                    s2 * ((as<std::int32_t>(su4) << sh) >> 24);
-            } else {
-              const VI16<Tag> c0 = scale_dup<2 * J + t>(su0), c2 = scale_dup<2 * J + t>(su4);
-              // One unit's levels at a time (two int16 sums over two units, then the scales):
-              // the same sums as building both units' levels first, with four registers fewer
-              // live. On the 16 registers of AVX2 (Zen 4, a standalone copy of this body, 1
-              // thread): cold 12 -> 15 GB/s, L3-resident 1.1-1.3x, L2-resident level.
-              VI16<Tag> p0(0), p2(0);
-              for (int k = 0; k < 4; ++k) {
-                VU8<Tag> l0, l2;
-                levels<J>(gb, hh, 4 * t + k, h, l0, l2);
-                p0 = p0 + madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k));
-                p2 = p2 + madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k));
-                if (k % 2 == 1) {
-                  tot = madd_acc_i16<Tag>(tot, p0, c0);
-                  tot = madd_acc_i16<Tag>(tot, p2, c2);
-                  p0 = VI16<Tag>(0);
-                  p2 = VI16<Tag>(0);
+                levels<J>(gb, hh, 4 * t + k, h0 + h, l0, l2);
+                s0[h] = dot_u8s8<Tag>(s0[h], l0, a0);
+                s2[h] = dot_u8s8<Tag>(s2[h], l2, a2);
+                // two sub-tiles: the sums stay chains (GCC otherwise hoisted the next units'
+                // levels: 186 instead of 146 stack accesses in the AVX-VNNI driver)
+                if constexpr (kPass > 1) {
+                  keep_order(s0[h]);
+                  keep_order(s2[h]);
                 }
               }
             }
-            keep_order(tot);
-          });
-        }
+            constexpr int sh = 24 - 8 * (2 * J + t);  // byte 2 J + t to the top
+            for (int h = 0; h < kPass; ++h)
+              tot[h] = tot[h] + s0[h] * ((as<std::int32_t>(su0(h)) << sh) >> 24) +
+                       s2[h] * ((as<std::int32_t>(su4(h)) << sh) >> 24);
+          } else {
+            const VI16<Tag> c0 = scale_dup<2 * J + t>(su0(0)), c2 = scale_dup<2 * J + t>(su4(0));
+            // One unit's levels at a time (two int16 sums over two units, then the scales):
+            // the same sums as building both units' levels first, with four registers fewer
+            // live. On the 16 registers of AVX2 (Zen 4, a standalone copy of this body, 1
+            // thread): cold 12 -> 15 GB/s, L3-resident 1.1-1.3x, L2-resident level.
+            VI16<Tag> p0(0), p2(0);
+            for (int k = 0; k < 4; ++k) {
+              VU8<Tag> l0, l2;
+              levels<J>(gb, hh, 4 * t + k, h0, l0, l2);
+              p0 = p0 + madd_u8s8<Tag>(l0, bcast4<Tag>(x0 + 4 * k));
+              p2 = p2 + madd_u8s8<Tag>(l2, bcast4<Tag>(x2 + 4 * k));
+              if (k % 2 == 1) {
+                tot[0] = madd_acc_i16<Tag>(tot[0], p0, c0);
+                tot[0] = madd_acc_i16<Tag>(tot[0], p2, c2);
+                p0 = VI16<Tag>(0);
+                p2 = VI16<Tag>(0);
+              }
+            }
+          }
+          for (int h = 0; h < kPass; ++h) keep_order(tot[h]);
+        });
       }
-      tot = tot - (offset(gb, h, a.p[b]) << 5);
-      const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * h);
-      st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), d * da, st.acc[h]);
+    }
+    for (int h = 0; h < kPass; ++h) {
+      const VI32<Tag> t = tot[h] - (offset(gb, h0 + h, a.p[b]) << 5);
+      const VF<Tag> d = load_f16<Tag>(gb + 16 * 208 + 2 * kL * (h0 + h));
+      st.acc[h0 + h] = fmadd<Tag>(xsimd::to_float(t), d * da, st.acc[h0 + h]);
     }
   }
 
