@@ -75,68 +75,97 @@ struct PackedIQ4XS : PackedBody<Tag> {
   static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
+  /// Sub-tiles per pass of block(): with int8 dots on a 256-bit x86 tag (AVX-VNNI) both, the
+  /// sub-tiles innermost, so that each activation broadcast serves both and every unit
+  /// register's 64 bytes are read together (as PackedQ6::kPass); one elsewhere. iq4_xs.x16 on
+  /// AVX-VNNI, Zen 5, in-process A/B against one sub-tile per pass (a /tmp harness, each core,
+  /// two code alignments): L2-resident 1.08-1.09, cold 4096 x 4096 1.05-1.10; nibble-bench, 6
+  /// alternated rounds, 1 / 2 threads: cold 1.18-1.29 / 1.13, with the unchanged AVX2 body of
+  /// the same two binaries at 1.10-1.15 / 0.95-1.08 (docs/kernels.md, "Packed Q6_K and IQ4_XS on
+  /// AVX-VNNI: both sub-tiles per pass"). An earlier try of this order (eleventh session) spilled
+  /// and lost; here the sums stay chains.
+  static constexpr int kPass = kAbs ? 1 : PackedBody<Tag>::pass_size(true);
+
   /// One group block (block b of the 16 rows) into the state.
   [[gnu::always_inline]] static inline void block(const std::uint8_t* gb, const Act& act,
                                                   std::int64_t b, State& st) {
+    for (int h0 = 0; h0 < kH; h0 += kPass) pass(gb, act, b, h0, st);
+  }
+
+  /// block() for the sub-tiles h0 .. h0 + kPass - 1.
+  [[gnu::always_inline]] static inline void pass(const std::uint8_t* gb, const Act& act,
+                                                 std::int64_t b, int h0, State& st) {
     const BlockQ8_K& ab = act.a[b];
     const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
     const Prep& pb = act.p[b];
     const VF<Tag> da(ab.d);
     const VI8<Tag> tbl = D::prep(table16<Tag>(ref::iq4::kValues));
     const VU32<Tag> m4(0x0F0F0F0Fu);
-    for (int h = 0; h < kH; ++h) {
-      const VU32<Tag> w0 = unit(gb, 0, h), w1 = unit(gb, 1, h);
-      VI32<Tag> tot(0);
-      static_for<8>([&](auto ic) {
-        constexpr int ib = decltype(ic)::value;
-        // the sub-block's 6-bit scale ls (the weight scale is ls - 32)
-        auto ls = [&] {
-          return as<std::int32_t>(((w1 >> (4 * ib)) & VU32<Tag>(0x0Fu)) |
-                                  (((w0 >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4));
-        };
-        // the code book values of qs unit k: low nibbles (values 32 ib + 4k ..), high (+ 16)
-        auto codes = [&](int k, VI8<Tag>& lo, VI8<Tag>& hi) {
-          const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h);
-          lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
-          hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
-        };
-        if constexpr (kAbs) {
-          const VI32<Tag> s32 = ls() - VI32<Tag>(32);
-          const VI16<Tag> sc = as<std::int16_t>((s32 & VI32<Tag>(0xFFFF)) | (s32 << 16));
-          static_for<4>([&](auto kc) {
-            constexpr int k = decltype(kc)::value;
+    // units 0 and 1 of sub-tile h0 + h: held with one sub-tile per pass, loaded at each use
+    // with two (fewer registers live)
+    const VU32<Tag> w0_h0 = unit(gb, 0, h0), w1_h0 = unit(gb, 1, h0);
+    auto w0 = [&](int h) { return kPass == 1 ? w0_h0 : packed_unit<Tag>(gb, 0, h0 + h); };
+    auto w1 = [&](int h) { return kPass == 1 ? w1_h0 : packed_unit<Tag>(gb, 1, h0 + h); };
+    VI32<Tag> tot[kPass];
+    for (int h = 0; h < kPass; ++h) tot[h] = VI32<Tag>(0);
+    static_for<8>([&](auto ic) {
+      constexpr int ib = decltype(ic)::value;
+      // the sub-block's 6-bit scale ls of sub-tile h0 + h (the weight scale is ls - 32)
+      auto ls = [&](int h) {
+        return as<std::int32_t>(((w1(h) >> (4 * ib)) & VU32<Tag>(0x0Fu)) |
+                                (((w0(h) >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4));
+      };
+      // the code book values of qs unit k of sub-tile h0 + h: low nibbles (values 32 ib + 4k
+      // ..), high (+ 16)
+      auto codes = [&](int k, int h, VI8<Tag>& lo, VI8<Tag>& hi) {
+        const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h0 + h);
+        lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
+        hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
+      };
+      if constexpr (kAbs) {
+        const VI32<Tag> s32 = ls(0) - VI32<Tag>(32);
+        const VI16<Tag> sc = as<std::int16_t>((s32 & VI32<Tag>(0xFFFF)) | (s32 << 16));
+        static_for<4>([&](auto kc) {
+          constexpr int k = decltype(kc)::value;
+          VI8<Tag> lo, hi;
+          codes(k, 0, lo, hi);
+          const int j = 32 * ib + 4 * k;
+          tot[0] = madd_acc_i16<Tag>(
+              tot[0],
+              D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j)), lo, bcast4<Tag>(aq + j)), sc);
+          tot[0] = madd_acc_i16<Tag>(tot[0],
+                                     D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j + 16)), hi,
+                                                 bcast4<Tag>(aq + j + 16)),
+                                     sc);
+          keep_order(tot[0]);
+        });
+      } else {
+        VI32<Tag> s[kPass];
+        for (int h = 0; h < kPass; ++h) s[h] = VI32<Tag>(pb.init[ib]);
+        static_for<4>([&](auto kc) {
+          constexpr int k = decltype(kc)::value;
+          const VI8<Tag> a_lo = bcast4<Tag>(aq + 32 * ib + 4 * k);
+          const VI8<Tag> a_hi = bcast4<Tag>(aq + 32 * ib + 16 + 4 * k);
+          for (int h = 0; h < kPass; ++h) {
             VI8<Tag> lo, hi;
-            codes(k, lo, hi);
-            const int j = 32 * ib + 4 * k;
-            tot = madd_acc_i16<Tag>(
-                tot,
-                D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j)), lo, bcast4<Tag>(aq + j)),
-                sc);
-            tot = madd_acc_i16<Tag>(tot,
-                                    D::madd_abs(as<std::uint8_t>(bcast4<Tag>(pb.abs + j + 16)), hi,
-                                                bcast4<Tag>(aq + j + 16)),
-                                    sc);
-            keep_order(tot);
-          });
-        } else {
-          VI32<Tag> s(pb.init[ib]);
-          static_for<4>([&](auto kc) {
-            constexpr int k = decltype(kc)::value;
-            VI8<Tag> lo, hi;
-            codes(k, lo, hi);
-            s = D::dot_prepped(s, lo, bcast4<Tag>(aq + 32 * ib + 4 * k));
-            s = D::dot_prepped(s, hi, bcast4<Tag>(aq + 32 * ib + 16 + 4 * k));
-            // without int8 dot instructions the sums stay chains (keep_order): GCC otherwise
-            // reassociated them and spilled (AVX2: 174 -> 14 stack accesses, warm +15 %,
-            // docs/kernels.md "Register pressure on 256-bit")
-            if constexpr (!kInt8Dots<Tag>) keep_order(s);
-          });
-          tot = tot + s * (ls() - VI32<Tag>(32));
-          if constexpr (!kInt8Dots<Tag>) keep_order(tot);
+            codes(k, h, lo, hi);
+            s[h] = D::dot_prepped(s[h], lo, a_lo);
+            s[h] = D::dot_prepped(s[h], hi, a_hi);
+            // without int8 dot instructions, or with two sub-tiles, the sums stay chains
+            // (keep_order): GCC otherwise reassociated them and spilled (AVX2: 174 -> 14 stack
+            // accesses, warm +15 %, docs/kernels.md "Register pressure on 256-bit")
+            if constexpr (!kInt8Dots<Tag> || kPass > 1) keep_order(s[h]);
+          }
+        });
+        for (int h = 0; h < kPass; ++h) {
+          tot[h] = tot[h] + s[h] * (ls(h) - VI32<Tag>(32));
+          if constexpr (!kInt8Dots<Tag> || kPass > 1) keep_order(tot[h]);
         }
-      });
-      st.acc[h] = fmadd<Tag>(xsimd::to_float(tot), h2f_lo16<Tag>(w0) * da, st.acc[h]);
-    }
+      }
+    });
+    for (int h = 0; h < kPass; ++h)
+      st.acc[h0 + h] =
+          fmadd<Tag>(xsimd::to_float(tot[h]), h2f_lo16<Tag>(w0(h)) * da, st.acc[h0 + h]);
   }
 
   /// FormatKernels::gemm_packed: the GEMV per activation row below 4 rows, the rows engine

@@ -200,9 +200,10 @@ struct PackedQ6 : PackedBody<Tag> {
   /// q6_K.x16 on AVX-VNNI, Zen 5, nibble-bench, 5 rounds of alternated binaries, median ratio of
   /// the paired bandwidth (1 / 2 threads): cold 4096 x 4096 1.08 / 1.11, 11008 x 4096 1.42 /
   /// 1.11, 4096 x 11008 1.29 / 1.09, 14336 x 4096 1.19 / 1.10; L2-resident 1.06 / 1.02; the
-  /// packed Q4_K_M decode step (4 layers, 7 rounds) 1.09 / 1.08 (docs/kernels.md, "Packed Q6_K on
-  /// AVX-VNNI: both sub-tiles per pass"). The results do not change: per row the same integer
-  /// sums in the same order.
+  /// packed Q4_K_M decode step (4 layers, 7 rounds) 1.09 / 1.08. In-process A/B of the two bodies
+  /// (a /tmp harness, each core, two code alignments): cold 0.99-1.09, L2-resident 0.94-1.05
+  /// (docs/kernels.md, "Packed Q6_K and IQ4_XS on AVX-VNNI: both sub-tiles per pass"). The results
+  /// do not change: per row the same integer sums in the same order.
   static constexpr int kPass = kInt32 && !kUnitOrder ? B::pass_size(true) : 1;
 
   /// One group block: per half, unit by unit where kUnitOrder, otherwise quarters J and J + 2
