@@ -101,11 +101,8 @@ struct PackedIQ4XS : PackedBody<Tag> {
     const VF<Tag> da(ab.d);
     const VI8<Tag> tbl = D::prep(table16<Tag>(ref::iq4::kValues));
     const VU32<Tag> m4(0x0F0F0F0Fu);
-    // units 0 and 1 of sub-tile h0 + h: held with one sub-tile per pass, loaded at each use
-    // with two (fewer registers live)
-    const VU32<Tag> w0_h0 = unit(gb, 0, h0), w1_h0 = unit(gb, 1, h0);
-    auto w0 = [&](int h) { return kPass == 1 ? w0_h0 : packed_unit<Tag>(gb, 0, h0 + h); };
-    auto w1 = [&](int h) { return kPass == 1 ? w1_h0 : packed_unit<Tag>(gb, 1, h0 + h); };
+    // units 0 (d, scales_h) and 1 (scales_l) of sub-tile h0 + h
+    const typename PackedBody<Tag>::template PassUnit<kPass, true> w0(gb, 0, h0), w1(gb, 1, h0);
     VI32<Tag> tot[kPass];
     for (int h = 0; h < kPass; ++h) tot[h] = VI32<Tag>(0);
     static_for<8>([&](auto ic) {

@@ -319,6 +319,18 @@ struct PackedBody {
   static VU32<Tag> unit(const std::uint8_t* gb, int u, int h) {
     return packed_unit<Tag, true>(gb, u, h);
   }
+  /// Unit u of sub-tile h0 + h for a body running P sub-tiles per pass from h0 (its scale units):
+  /// with P == 1 loaded once, here (held with kHold), with more loaded at each use, so that
+  /// they are not live across the pass (PackedQ6::kPass, PackedIQ4XS::kPass).
+  template <int P, bool kHold>
+  struct PassUnit {
+    const std::uint8_t* gb;
+    int u, h0;
+    VU32<Tag> first;
+    PassUnit(const std::uint8_t* g, int unit_index, int h)
+        : gb(g), u(unit_index), h0(h), first(packed_unit<Tag, kHold>(g, unit_index, h)) {}
+    VU32<Tag> operator()(int h) const { return P == 1 ? first : packed_unit<Tag>(gb, u, h0 + h); }
+  };
 };
 
 /// The activations of a packed body on Q8_K: the plain blocks (also read by the GEMM engine)

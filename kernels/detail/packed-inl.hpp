@@ -227,16 +227,9 @@ struct PackedQ6 : PackedBody<Tag> {
     VI32<Tag> tot[kPass];  // sub-tile h0 + h
     for (int h = 0; h < kPass; ++h) tot[h] = VI32<Tag>(0);
     for (int hh = 0; hh < 2; ++hh) {
-      // The scale units of sub-tile h0 + h: sub-blocks 8 hh .. (su0), 8 hh + 4 .. (su4); with one
-      // sub-tile per pass loaded once per half, with two at each use (fewer registers live).
-      const VU32<Tag> su0_h0 = packed_unit<Tag>(gb, 48 + 2 * hh, h0);
-      const VU32<Tag> su4_h0 = packed_unit<Tag>(gb, 49 + 2 * hh, h0);
-      auto su0 = [&](int h) {
-        return kPass == 1 ? su0_h0 : packed_unit<Tag>(gb, 48 + 2 * hh, h0 + h);
-      };
-      auto su4 = [&](int h) {
-        return kPass == 1 ? su4_h0 : packed_unit<Tag>(gb, 49 + 2 * hh, h0 + h);
-      };
+      // the scale units of sub-tile h0 + h: sub-blocks 8 hh .. (su0), 8 hh + 4 .. (su4)
+      const typename B::template PassUnit<kPass, false> su0(gb, 48 + 2 * hh, h0),
+          su4(gb, 49 + 2 * hh, h0);
       if constexpr (kUnitOrder) {
         block_half_by_unit(gb, h0, aq + 128 * hh, hh, su0(0), su4(0), tot[0]);
       } else {
