@@ -326,10 +326,19 @@ struct PackedBody {
   struct PassUnit {
     const std::uint8_t* gb;
     int u, h0;
-    VU32<Tag> first;
+    VU32<Tag> once;  ///< P == 1: the unit; unused (zero) otherwise
     PassUnit(const std::uint8_t* g, int unit_index, int h)
-        : gb(g), u(unit_index), h0(h), first(packed_unit<Tag, kHold>(g, unit_index, h)) {}
-    VU32<Tag> operator()(int h) const { return P == 1 ? first : packed_unit<Tag>(gb, u, h0 + h); }
+        : gb(g),
+          u(unit_index),
+          h0(h),
+          once(P == 1 ? packed_unit<Tag, kHold>(g, unit_index, h) : VU32<Tag>(0u)) {}
+    VU32<Tag> operator()(int h) const {
+      if constexpr (P == 1) {
+        return once;
+      } else {
+        return packed_unit<Tag>(gb, u, h0 + h);
+      }
+    }
   };
 };
 
