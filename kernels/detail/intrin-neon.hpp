@@ -307,6 +307,12 @@ inline VI8<Tag> bcast4(const void* p) {
   return VI8<Tag>(vreinterpretq_s8_s32(vdupq_n_s32(v)));
 }
 
+/// dot_u8s8(acc, u, bcast4(p)) (one instruction on AVX-512 VNNI, intrin-x86.hpp).
+template <class Tag>
+inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u, const void* p) {
+  return dot_u8s8<Tag>(acc, u, bcast4<Tag>(p));
+}
+
 template <class Tag>
 inline void store_halves(void* lo, void* hi, const VU8<Tag>& v) {
   vst1_u8(static_cast<std::uint8_t*>(lo), vget_low_u8(v));
