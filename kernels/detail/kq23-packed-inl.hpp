@@ -43,6 +43,11 @@ struct PackedKq23 : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
+  /// Q3_K on AVX-512 VNNI: the driver inlines the steps (InlineStep). There it cost up to 5 %
+  /// L2-resident but read cold 0.90-0.95 of the time out of line (Zen 5, in-process pairs, 4096 x
+  /// 4096; 11008 x 4096 0.91-0.99) (docs/kernels.md, "Packed Q2_K / Q3_K: the activation
+  /// broadcast inside the dot"). Q2_K lost both ways (L2-resident 1.25-1.27, cold 1.02-1.04).
+  static constexpr bool kInlineStep = Q3 && Tag::bytes == 64 && Tag::vnni;
   static constexpr bool kFamily25NoL1Prefetch = !Q3;  ///< Q2_K: see packed_prefetch_l1
   static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:

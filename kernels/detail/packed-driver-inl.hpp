@@ -167,7 +167,10 @@ template <class K>
 /// 32.1 -> 33.6, 30.5 -> 32; Q6_K 63.3 -> 64.5, 43.7 -> 45.2, 33.5 -> 35; Q4_K 75.7 -> 75.7,
 /// 48.4 -> 50.3, 38.6 -> 39.6: those inline. Q2_K (65 -> 38 on AVX-512), Q3_K (51 -> 33) and
 /// IQ4_XS (66 -> 64, 40 -> 28 on AVX-VNNI) lose (register pressure), the 32-value formats move
-/// by -5% to +5% depending on the format: those stay out of line.
+/// by -5% to +5% depending on the format: those stay out of line. Measured again later (the
+/// bodies as they are now), Q3_K on AVX-512 VNNI inlines after all: up to 5 % slower
+/// L2-resident, faster cold (PackedKq23::kInlineStep); IQ4_XS there read 1.08-1.20x slower
+/// L2-resident and 0.96-1.00 cold, Q2_K 1.25 / 1.02-1.04 (in-process pairs, Zen 5).
 template <class K, class = void>
 struct InlineStep : std::false_type {};
 template <class K>
