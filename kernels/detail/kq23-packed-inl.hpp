@@ -48,6 +48,14 @@ struct PackedKq23 : PackedBody<Tag> {
   /// 4096; 11008 x 4096 0.91-0.99) (docs/kernels.md, "Packed Q2_K / Q3_K: the activation
   /// broadcast inside the dot"). Q2_K lost both ways (L2-resident 1.25-1.27, cold 1.02-1.04).
   static constexpr bool kInlineStep = Q3 && Tag::bytes == 64 && Tag::vnni;
+  /// The inlined Q3_K steps prefetch 6 KiB ahead instead of kPackedPrefetch's 3 (where
+  /// packed_prefetch_l1 prefetches at all on two streams: AMD cores but family 25). Zen 5,
+  /// in-process pairs against 3 KiB, cold, 4096 x 4096, each core: 6144 0.89-0.92 of the time
+  /// (11008 x 4096 0.90), 4608 0.89, 4096 0.92-0.97, 9216 0.95-0.98; L2-resident 1.00. Q2_K and
+  /// IQ4_XS (out of line) read best at 3 KiB: 4608 1.01 / 1.04, 6144 1.06 / 1.085, 2048 1.00 /
+  /// 1.01, 1536 1.01 / 1.03 (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast
+  /// inside the dot").
+  static constexpr std::size_t kPrefetchL1 = kInlineStep ? 6144 : kPackedPrefetch;
   static constexpr bool kFamily25NoL1Prefetch = !Q3;  ///< Q2_K: see packed_prefetch_l1
   static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:

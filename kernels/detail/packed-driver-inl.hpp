@@ -89,14 +89,18 @@ inline constexpr std::size_t kPackedPrefetch = 3072;
 /// without it (0.91 / 0.93), Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 / NF4 / FP4 read level
 /// (0.94-1.08 on one thread).
 ///
+/// A body may set its own distance (kDist: its kPrefetchL1, kPackedPrefetch unless it says
+/// otherwise), which replaces kPackedPrefetch above; only the inlined Q3_K steps on AVX-512 VNNI
+/// do (PackedKq23::kPrefetchL1).
+///
 /// The parameters are the body's values, not the body (kNoL1: its kFamily25NoL1Prefetch): with
 /// the body as template parameter, GCC 12 scheduled the 256-bit Q6_K loop of packed_gemv_streams
 /// differently (same instructions, other order) and q6_K.x16 on AVX2 read 0.55 of `membw` instead
 /// of 0.77 on a Zen 4 core (docs/kernels.md, "A schedule that cost packed Q6_K on AVX2 30 %").
-template <int kVecBytes, bool kNoL1>
+template <int kVecBytes, bool kNoL1, std::size_t kDist = kPackedPrefetch>
 inline std::size_t packed_prefetch_l1(int streams, std::size_t group_block) {
   if ((kVecBytes >= 64 || group_block >= 2048 || kNoL1) && amd_family25_tuning()) return 0;
-  return streams == 4 && !detail::intel_streaming_tuning() ? kPackedPrefetch / 2 : kPackedPrefetch;
+  return streams == 4 && !detail::intel_streaming_tuning() ? kDist / 2 : kDist;
 }
 
 /// Besides, except on AMD cores, every line kPackedPrefetchL2 bytes ahead is prefetched into L2, so
@@ -231,8 +235,8 @@ inline void packed_gemv_streams(const std::uint8_t* P, std::int64_t g0, std::int
   const std::size_t gs = static_cast<std::size_t>(nb) * K::kGroupBlock;
   const typename K::Act act = K::act(A, cols);
   const bool l2 = packed_prefetch_l2();
-  const std::size_t l1 =
-      packed_prefetch_l1<K::kVecBytes, K::kFamily25NoL1Prefetch>(NS, K::kGroupBlock);
+  const std::size_t l1 = packed_prefetch_l1<K::kVecBytes, K::kFamily25NoL1Prefetch, K::kPrefetchL1>(
+      NS, K::kGroupBlock);
   // Stream k reads the groups g0 + k part + i, i = 0, 1, ...: the range cut into NS parts read
   // in lockstep. The last parts may run out first (m streams left).
   const std::int64_t part = (g1 - g0 + NS - 1) / NS;
@@ -300,6 +304,8 @@ struct PackedBody {
   /// Whether packed_gemv drops its L1 prefetch for this body on AMD family-25 cores on 32-byte
   /// vectors too (packed_prefetch_l1); bodies that measured faster without it set it.
   static constexpr bool kFamily25NoL1Prefetch = false;
+  /// The distance of packed_gemv's L1 prefetch for this body (packed_prefetch_l1's kDist).
+  static constexpr std::size_t kPrefetchL1 = kPackedPrefetch;
   static constexpr int kL = Tag::bytes / 4;           ///< rows per register
   static constexpr int kH = PackedGroup::kRows / kL;  ///< sub-tiles per group
   /// Sub-tiles per pass of a body that can run its block for several sub-tiles at once, the
