@@ -43,10 +43,12 @@ struct PackedKq23 : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
-  /// Q3_K on AVX-512 VNNI: the driver inlines the steps (InlineStep). There it cost up to 5 %
-  /// L2-resident but read cold 0.90-0.95 of the time out of line (Zen 5, in-process pairs, 4096 x
-  /// 4096; 11008 x 4096 0.91-0.99) (docs/kernels.md, "Packed Q2_K / Q3_K: the activation
-  /// broadcast inside the dot"). Q2_K lost both ways (L2-resident 1.25-1.27, cold 1.02-1.04).
+  /// Q3_K on AVX-512 VNNI: the driver takes its inlined-step path (InlineStep; GCC 12 then makes
+  /// each stream's step its own out-of-line clone instead of one shared packed_step_call, still
+  /// one call per group block). There it cost up to 5 % L2-resident but read cold 0.90-0.95 of
+  /// the time out of line (Zen 5, in-process pairs, 4096 x 4096; 11008 x 4096 0.91-0.99)
+  /// (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast inside the dot"). Q2_K lost
+  /// both ways (L2-resident 1.25-1.27, cold 1.02-1.04).
   static constexpr bool kInlineStep = Q3 && Tag::bytes == 64 && Tag::vnni;
   /// The inlined Q3_K steps prefetch 6 KiB ahead instead of kPackedPrefetch's 3 (where
   /// packed_prefetch_l1 prefetches at all on two streams: AMD cores but family 25). Zen 5,
