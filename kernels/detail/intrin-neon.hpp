@@ -307,10 +307,10 @@ inline VI8<Tag> bcast4(const void* p) {
   return VI8<Tag>(vreinterpretq_s8_s32(vdupq_n_s32(v)));
 }
 
-/// dot_u8s8(acc, u, bcast4(p)) (one instruction on AVX-512 VNNI, intrin-x86.hpp).
-template <class Tag>
-inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u, const void* p) {
-  return dot_u8s8<Tag>(acc, u, bcast4<Tag>(p));
+/// dot_u8s8(acc, u, bcast4(base + kOff)) (one instruction on AVX-512 VNNI, intrin-x86.hpp).
+template <class Tag, int kOff = 0>
+inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u, const std::uint8_t* base) {
+  return dot_u8s8<Tag>(acc, u, bcast4<Tag>(base + kOff));
 }
 
 template <class Tag>

@@ -787,27 +787,32 @@ inline VI8<Tag> bcast4(const void* p) {
   return as<std::int8_t>(VI32<Tag>(v));
 }
 
-/// dot_u8s8(acc, u, bcast4(p)): on AVX-512 VNNI one `vpdpbusd` with the 4 bytes at p as its
-/// embedded broadcast ({1to16}) operand, which GCC 12 does not form from the intrinsics (it
-/// emits a `vpbroadcastd` load and a register `vpdpbusd`): one instruction less per dot. The
-/// packed Q2_K / Q3_K GEMV bodies, 64 dots per group block, measured on a Zen 5 core (in-process
-/// pairs against the separate broadcast, each core, median of the per-pair time ratios new /
-/// old): q3_K.x16 cold 4096 x 4096 0.89-0.96 (with the offset pair add of kq23-packed-inl.hpp),
-/// L2-resident 1.02-1.04; q2_K.x16 cold 0.98-1.01, L2-resident 0.93 (docs/kernels.md, "Packed
-/// Q2_K / Q3_K: the activation broadcast inside the dot").
-template <class Tag>
+/// dot_u8s8(acc, u, bcast4(base + kOff)): on AVX-512 VNNI one `vpdpbusd` with the 4 bytes at
+/// base + kOff as its embedded broadcast ({1to16}) operand, which GCC 12 does not form from the
+/// intrinsics (it emits a `vpbroadcastd` load and a register `vpdpbusd`): one instruction less per
+/// dot. The packed Q2_K / Q3_K GEMV bodies, 64 dots per group block, measured on a Zen 5 core
+/// (in-process pairs against the separate broadcast, each core, median of the per-pair time
+/// ratios new / old): q3_K.x16 cold 4096 x 4096 0.89-0.96 (with the offset pair add of
+/// kq23-packed-inl.hpp), L2-resident 1.02-1.04; q2_K.x16 cold 0.98-1.01, L2-resident 0.93
+/// (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast inside the dot").
+/// The offset is a constant of the instruction (base in a register): given as one memory operand
+/// per dot, GCC 12 made each of the 64 addresses of a block a register of its own once two
+/// streams' inlined steps shared them, and spilled them (packed_gemv_streams).
+template <class Tag, int kOff = 0>
 [[gnu::always_inline]] inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u,
-                                                    const void* p) {
+                                                    const std::uint8_t* base) {
 #if defined(__GNUC__) && defined(__AVX512VNNI__)
   if constexpr (Tag::bytes == 64 && Tag::vnni) {
     __m512i r = acc;
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+    // operand 4 tells the compiler which bytes the instruction reads; the template does not use it
+    __asm__("vpdpbusd %c3(%2)%{1to16%}, %1, %0"
             : "+v"(r)
-            : "v"(static_cast<__m512i>(u)), "m"(*static_cast<const std::uint8_t(*)[4]>(p)));
+            : "v"(static_cast<__m512i>(u)), "r"(base), "i"(kOff),
+              "m"(*reinterpret_cast<const std::uint8_t(*)[kOff + 4]>(base)));
     return VI32<Tag>(r);
   }
 #endif
-  return dot_u8s8<Tag>(acc, u, bcast4<Tag>(p));
+  return dot_u8s8<Tag>(acc, u, bcast4<Tag>(base + kOff));
 }
 
 /// Stores the lower half of v (Tag::bytes / 2 bytes) at lo and the upper half at hi.

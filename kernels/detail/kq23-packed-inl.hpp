@@ -156,30 +156,30 @@ struct PackedKq23 : PackedBody<Tag> {
   }
 
   /// The integer sum of sub-block 8 hh + 2 G + t (qs units 8 hh + 4 t .. + 3 at shift G) of the
-  /// sub-tile's rows against the activations `as_` (its 16 values), without Q3_K's -4 offset:
-  /// |sum| <= 16 * 7 * 128 < 2^15.
-  template <int HH, int G, int T>
+  /// sub-tile's rows against its 16 activations, aq + kA .. (aq: the block's 256), without Q3_K's
+  /// -4 offset: |sum| <= 16 * 7 * 128 < 2^15.
+  template <int HH, int G, int T, int kA>
   static VI32<Tag> sub_sum(const VU32<Tag> (&q)[4], const std::uint8_t* gb, int h,
-                           const std::uint8_t* as_) {
+                           const std::uint8_t* aq) {
     constexpr int k0 = 8 * HH + 4 * T;
     VI32<Tag> s(0);
     if constexpr (Q3 && Tag::vnni) {
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s = dot_u8s8_b4<Tag>(s, level_scaled<k0 + k, G>(q[k], gb, h), as_ + 4 * k);
+        s = dot_u8s8_b4<Tag, kA + 4 * k>(s, level_scaled<k0 + k, G>(q[k], gb, h), aq);
       });
       return s >> kP3<k0, G>;  // exact: a multiple of 2^kP3
     } else if constexpr (kInt32) {
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s = dot_u8s8_b4<Tag>(s, level<k0 + k, G>(q[k], gb, h), as_ + 4 * k);
+        s = dot_u8s8_b4<Tag, kA + 4 * k>(s, level<k0 + k, G>(q[k], gb, h), aq);
       });
       return kHiTrick ? s >> (2 * G) : s;  // exact: a multiple of 4^G
     } else {
       VI16<Tag> s16(0);
       static_for<4>([&](auto kc) {
         constexpr int k = decltype(kc)::value;
-        s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(q[k], gb, h), bcast4<Tag>(as_ + 4 * k));
+        s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(q[k], gb, h), bcast4<Tag>(aq + kA + 4 * k));
       });
       return madd_i16<Tag>(s16, VI16<Tag>(static_cast<std::int16_t>(1)));
     }
@@ -213,9 +213,9 @@ struct PackedKq23 : PackedBody<Tag> {
         for (int k = 0; k < 4; ++k) q[k] = unit(gb, kQs + 8 * hh + 4 * t + k, h);
         static_for<2>([&](auto gc) {  // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
           constexpr int gp = decltype(gc)::value, c = 2 * hh + gp;
-          const std::uint8_t* as_ = aq + 128 * hh + 64 * gp + 16 * t;
-          const VI32<Tag> sa = sub_sum<hh, 2 * gp, t>(q, gb, h, as_);
-          const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t>(q, gb, h, as_ + 32);
+          constexpr int kA = 128 * hh + 64 * gp + 16 * t;  // the activations of sub-block sb
+          const VI32<Tag> sa = sub_sum<hh, 2 * gp, t, kA>(q, gb, h, aq);
+          const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t, kA + 32>(q, gb, h, aq);
           const VU32<Tag> pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
           if constexpr (Q3) {
             const VI16<Tag> p16 =
