@@ -42,6 +42,16 @@ struct PackedIQ4XS : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(BlockIQ4_XS);
+  /// On 64-byte vectors the driver inlines the steps (InlineStep), with every loop of pass()
+  /// forced inline (static_for_inline, NIBBLE_LAMBDA_INLINE): inlined without that, GCC 12 left
+  /// the sub-block loop's body out of line, one call per sub-block with the sums in memory, and
+  /// the step read 1.29-1.42x slower L2-resident. Zen 5, in-process pairs against the
+  /// out-of-line step (one pinned core, each core; time ratios): AVX-512 VNNI cold 4096 x 4096
+  /// 0.86-0.95 (one run of ten 1.03), 11008 x 4096 0.84-0.93, L2-resident 1.02-1.05; AVX-512
+  /// without VNNI (the kAbs path) cold 0.87-0.91, L2-resident 0.92-0.96. AVX-VNNI (L2-resident
+  /// 1.04-1.05, cold 1.00-1.05) and AVX2 (1.04, 0.93-0.98 while compute-bound at 0.7 of the
+  /// bandwidth) keep the out-of-line step (docs/kernels.md, "Packed IQ4_XS: the inlined step").
+  static constexpr bool kInlineStep = Tag::bytes == 64;
 
   /// Without VNNI (S8Dot::kAbsAct) the products come from S8Dot::madd_abs against the
   /// activations' magnitudes, and each int16 pair sum goes through one pmaddwd against the
@@ -105,16 +115,16 @@ struct PackedIQ4XS : PackedBody<Tag> {
     const typename PackedBody<Tag>::template PassUnit<kPass, true> w0(gb, 0, h0), w1(gb, 1, h0);
     VI32<Tag> tot[kPass];
     for (int h = 0; h < kPass; ++h) tot[h] = VI32<Tag>(0);
-    static_for<8>([&](auto ic) {
+    static_for_inline<8>([&](auto ic) NIBBLE_LAMBDA_INLINE {
       constexpr int ib = decltype(ic)::value;
       // the sub-block's 6-bit scale ls of sub-tile h0 + h (the weight scale is ls - 32)
-      auto ls = [&](int h) {
+      auto ls = [&](int h) NIBBLE_LAMBDA_INLINE {
         return as<std::int32_t>(((w1(h) >> (4 * ib)) & VU32<Tag>(0x0Fu)) |
                                 (((w0(h) >> (16 + 2 * ib)) & VU32<Tag>(3u)) << 4));
       };
       // the code book values of qs unit k of sub-tile h0 + h: low nibbles (values 32 ib + 4k
       // ..), high (+ 16)
-      auto codes = [&](int k, int h, VI8<Tag>& lo, VI8<Tag>& hi) {
+      auto codes = [&](int k, int h, VI8<Tag>& lo, VI8<Tag>& hi) NIBBLE_LAMBDA_INLINE {
         const VU32<Tag> q = unit(gb, 2 + 4 * ib + k, h0 + h);
         lo = lookup16<Tag>(tbl, as<std::uint8_t>(q & m4));
         hi = lookup16<Tag>(tbl, as<std::uint8_t>((q >> 4) & m4));
@@ -122,7 +132,7 @@ struct PackedIQ4XS : PackedBody<Tag> {
       if constexpr (kAbs) {
         const VI32<Tag> s32 = ls(0) - VI32<Tag>(32);
         const VI16<Tag> sc = as<std::int16_t>((s32 & VI32<Tag>(0xFFFF)) | (s32 << 16));
-        static_for<4>([&](auto kc) {
+        static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
           constexpr int k = decltype(kc)::value;
           VI8<Tag> lo, hi;
           codes(k, 0, lo, hi);
@@ -139,7 +149,7 @@ struct PackedIQ4XS : PackedBody<Tag> {
       } else {
         VI32<Tag> s[kPass];
         for (int h = 0; h < kPass; ++h) s[h] = VI32<Tag>(pb.init[ib]);
-        static_for<4>([&](auto kc) {
+        static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
           constexpr int k = decltype(kc)::value;
           const VI8<Tag> a_lo = bcast4<Tag>(aq + 32 * ib + 4 * k);
           const VI8<Tag> a_hi = bcast4<Tag>(aq + 32 * ib + 16 + 4 * k);
