@@ -50,7 +50,8 @@ struct PackedIQ4XS : PackedBody<Tag> {
   /// 0.86-0.95 (one run of ten 1.03), 11008 x 4096 0.84-0.93, L2-resident 1.02-1.05; AVX-512
   /// without VNNI (the kAbs path) cold 0.87-0.91, L2-resident 0.92-0.96. AVX-VNNI (L2-resident
   /// 1.04-1.05, cold 1.00-1.05) and AVX2 (1.04, 0.93-0.98 while compute-bound at 0.7 of the
-  /// bandwidth) keep the out-of-line step (docs/kernels.md, "Packed IQ4_XS: the inlined step").
+  /// bandwidth) keep the out-of-line step (docs/kernels.md, "Packed IQ4_XS and Q2_K: the inlined
+  /// steps").
   static constexpr bool kInlineStep = Tag::bytes == 64;
 
   /// Without VNNI (S8Dot::kAbsAct) the products come from S8Dot::madd_abs against the

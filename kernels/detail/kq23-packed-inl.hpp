@@ -43,21 +43,25 @@ struct PackedKq23 : PackedBody<Tag> {
   using PackedBody<Tag>::kH;
   using PackedBody<Tag>::unit;
   static constexpr std::size_t kGroupBlock = 16 * sizeof(Block);
-  /// Q3_K on AVX-512 VNNI: the driver takes its inlined-step path (InlineStep; GCC 12 then makes
-  /// each stream's step its own out-of-line clone instead of one shared packed_step_call, still
-  /// one call per group block). There it cost up to 5 % L2-resident but read cold 0.90-0.95 of
-  /// the time out of line (Zen 5, in-process pairs, 4096 x 4096; 11008 x 4096 0.91-0.99)
-  /// (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast inside the dot"). Q2_K lost
-  /// both ways (L2-resident 1.25-1.27, cold 1.02-1.04).
-  static constexpr bool kInlineStep = Q3 && Tag::bytes == 64 && Tag::vnni;
+  /// On AVX-512 VNNI the driver takes its inlined-step path (InlineStep; GCC 12 then makes each
+  /// stream's step its own out-of-line clone instead of one shared packed_step_call, still one
+  /// call per group block), with the body's loops forced inline (static_for_inline,
+  /// NIBBLE_LAMBDA_INLINE). Zen 5, in-process pairs against the out-of-line step, 4096 x 4096:
+  /// Q3_K cost up to 5 % L2-resident but read cold 0.90-0.95 of the time (11008 x 4096
+  /// 0.91-0.99); forcing its loops measured level. Q2_K with them forced and kPackedPrefetch:
+  /// L2-resident 0.91, cold 0.86-0.92 (11008 x 4096 0.925-1.00); the earlier losses of inlined
+  /// Q2_K (L2-resident 1.08-1.27, cold 1.02-1.11) were measured at 6 KiB or with loops left out of
+  /// line (docs/kernels.md, "Packed IQ4_XS and Q2_K: the inlined steps", and "Packed Q2_K /
+  /// Q3_K: the activation broadcast inside the dot").
+  static constexpr bool kInlineStep = Tag::bytes == 64 && Tag::vnni;
   /// The inlined Q3_K steps prefetch 6 KiB ahead instead of kPackedPrefetch's 3 (where
   /// packed_prefetch_l1 prefetches at all on two streams: AMD cores but family 25). Zen 5,
   /// in-process pairs against 3 KiB, cold, 4096 x 4096, each core: 6144 0.89-0.92 of the time
   /// (11008 x 4096 0.90), 4608 0.89, 4096 0.92-0.97, 9216 0.95-0.98; L2-resident 1.00. Q2_K and
-  /// IQ4_XS (out of line) read best at 3 KiB: 4608 1.01 / 1.04, 6144 1.06 / 1.085, 2048 1.00 /
-  /// 1.01, 1536 1.01 / 1.03 (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast
+  /// IQ4_XS (then out of line) read best at 3 KiB: 4608 1.01 / 1.04, 6144 1.06 / 1.085, 2048 1.00
+  /// / 1.01, 1536 1.01 / 1.03 (docs/kernels.md, "Packed Q2_K / Q3_K: the activation broadcast
   /// inside the dot").
-  static constexpr std::size_t kPrefetchL1 = kInlineStep ? 6144 : kPackedPrefetch;
+  static constexpr std::size_t kPrefetchL1 = Q3 && kInlineStep ? 6144 : kPackedPrefetch;
   static constexpr bool kFamily25NoL1Prefetch = !Q3;  ///< Q2_K: see packed_prefetch_l1
   static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:
@@ -164,20 +168,20 @@ struct PackedKq23 : PackedBody<Tag> {
     constexpr int k0 = 8 * HH + 4 * T;
     VI32<Tag> s(0);
     if constexpr (Q3 && Tag::vnni) {
-      static_for<4>([&](auto kc) {
+      static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
         constexpr int k = decltype(kc)::value;
         s = dot_u8s8_b4<Tag, kA + 4 * k>(s, level_scaled<k0 + k, G>(q[k], gb, h), aq);
       });
       return s >> kP3<k0, G>;  // exact: a multiple of 2^kP3
     } else if constexpr (kInt32) {
-      static_for<4>([&](auto kc) {
+      static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
         constexpr int k = decltype(kc)::value;
         s = dot_u8s8_b4<Tag, kA + 4 * k>(s, level<k0 + k, G>(q[k], gb, h), aq);
       });
       return kHiTrick ? s >> (2 * G) : s;  // exact: a multiple of 4^G
     } else {
       VI16<Tag> s16(0);
-      static_for<4>([&](auto kc) {
+      static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
         constexpr int k = decltype(kc)::value;
         s16 = s16 + madd_u8s8<Tag>(level<k0 + k, G>(q[k], gb, h), bcast4<Tag>(aq + kA + 4 * k));
       });
@@ -207,11 +211,12 @@ struct PackedKq23 : PackedBody<Tag> {
       // qs units 8 hh + 4 t .. + 3 loaded once and read at all four shifts (sub-blocks 8 hh + t,
       // + 2, + 4, + 6); loaded per shift they were 64 more loads per block and sub-tile, and the
       // AVX-512 Q3_K body was load-bound (1.14x with packed_unit's hold, L2-resident)
-      static_for<4>([&](auto jc) {
+      static_for_inline<4>([&](auto jc) NIBBLE_LAMBDA_INLINE {
         constexpr int hh = decltype(jc)::value / 2, t = decltype(jc)::value % 2;
         VU32<Tag> q[4];
         for (int k = 0; k < 4; ++k) q[k] = unit(gb, kQs + 8 * hh + 4 * t + k, h);
-        static_for<2>([&](auto gc) {  // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
+        // pair (sb, sb + 2), sb = 8 hh + 4 gp + t = 4 c + t
+        static_for_inline<2>([&](auto gc) NIBBLE_LAMBDA_INLINE {
           constexpr int gp = decltype(gc)::value, c = 2 * hh + gp;
           constexpr int kA = 128 * hh + 64 * gp + 16 * t;  // the activations of sub-block sb
           const VI32<Tag> sa = sub_sum<hh, 2 * gp, t, kA>(q, gb, h, aq);

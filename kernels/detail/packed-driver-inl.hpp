@@ -173,10 +173,10 @@ template <class K>
 /// IQ4_XS (66 -> 64, 40 -> 28 on AVX-VNNI) lose (register pressure), the 32-value formats move
 /// by -5% to +5% depending on the format: those stay out of line. Measured again later (the
 /// bodies as they are now), Q3_K on AVX-512 VNNI inlines after all: up to 5 % slower
-/// L2-resident, faster cold (PackedKq23::kInlineStep), and so does IQ4_XS on 64-byte vectors with
-/// its loops forced inline (PackedIQ4XS::kInlineStep; without that it read 1.08-1.42x slower
-/// L2-resident); Q2_K lost L2-resident and cold either way (1.09-1.25 / 1.02-1.11, in-process
-/// pairs, Zen 5).
+/// L2-resident, faster cold (PackedKq23::kInlineStep), and so do IQ4_XS on 64-byte vectors and
+/// Q2_K on AVX-512 VNNI with their loops forced inline (PackedIQ4XS::kInlineStep,
+/// PackedKq23::kInlineStep; with those loops left to GCC they read 1.07-1.42x slower
+/// L2-resident; in-process pairs, Zen 5).
 template <class K, class = void>
 struct InlineStep : std::false_type {};
 template <class K>
