@@ -24,11 +24,7 @@
 
 /// For small helpers of hot loops that GCC's inliner may leave out of line when the caller is
 /// large (an out-of-line helper spills every vector around the call).
-#if defined(__GNUC__)
-#define NIBBLE_K_INLINE inline __attribute__((always_inline))
-#else
-#define NIBBLE_K_INLINE inline
-#endif
+#define NIBBLE_K_INLINE inline NIBBLE_LAMBDA_INLINE
 
 namespace nibble::kernels {
 namespace {

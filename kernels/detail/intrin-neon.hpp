@@ -308,7 +308,7 @@ inline VI8<Tag> bcast4(const void* p) {
 }
 
 /// dot_u8s8(acc, u, bcast4(base + kOff)) (one instruction on AVX-512 VNNI, intrin-x86.hpp).
-template <class Tag, int kOff = 0>
+template <class Tag, int kOff>
 inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u, const std::uint8_t* base) {
   return dot_u8s8<Tag>(acc, u, bcast4<Tag>(base + kOff));
 }

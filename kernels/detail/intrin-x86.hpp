@@ -798,7 +798,7 @@ inline VI8<Tag> bcast4(const void* p) {
 /// The offset is a constant of the instruction (base in a register): given as one memory operand
 /// per dot, GCC 12 made each of the 64 addresses of a block a register of its own once two
 /// streams' inlined steps shared them, and spilled them (packed_gemv_streams).
-template <class Tag, int kOff = 0>
+template <class Tag, int kOff>
 [[gnu::always_inline]] inline VI32<Tag> dot_u8s8_b4(const VI32<Tag>& acc, const VU8<Tag>& u,
                                                     const std::uint8_t* base) {
 #if defined(__GNUC__) && defined(__AVX512VNNI__)

@@ -73,7 +73,8 @@ inline void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
-/// A lambda attribute: the call operator always inlined (GCC and Clang; nothing elsewhere).
+/// Always inline (GCC and Clang; nothing elsewhere): as a lambda attribute, after the parameter
+/// list; in front of a function, NIBBLE_K_INLINE (intrin-common.hpp).
 #if defined(__GNUC__)
 #define NIBBLE_LAMBDA_INLINE __attribute__((always_inline))
 #else
