@@ -64,6 +64,8 @@ struct PackedKq23 : PackedBody<Tag> {
   static constexpr std::size_t kPrefetchL1 = Q3 && kInlineStep ? 6144 : kPackedPrefetch;
   static constexpr bool kFamily25NoL1Prefetch = !Q3;  ///< Q2_K: see packed_prefetch_l1
   static constexpr int kQs = Q3 ? 8 : 4;              ///< the first qs unit
+  /// The inlined Q3_K step reads its masks from memory (konst).
+  static constexpr bool kMemConsts = Q3 && kInlineStep;
   /// int32 dots per unit (VNNI, sdot), or int16 pair sums over a sub-block's 4 units (pmaddubsw:
   /// 4 * 2 * 7 * 128 < 2^15) widened once.
   static constexpr bool kInt32 = kInt8Dots<Tag>;
@@ -104,6 +106,37 @@ struct PackedKq23 : PackedBody<Tag> {
   static Act act(const std::uint8_t* A, std::int64_t cols) { return Act::of(A, cols); }
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
+  /// The masks of the Q3_K body: the levels' two low bits and their high bit at bits kP..kP + 2
+  /// of each byte (kP = 0..5), the scales' nibbles, bits 4..5 and bytes, a pair's low half.
+  alignas(64) static constexpr std::uint32_t kKonsts[] = {
+      0x03030303u, 0x06060606u, 0x0C0C0C0Cu, 0x18181818u, 0x30303030u,
+      0x60606060u, 0x04040404u, 0x08080808u, 0x10101010u, 0x20202020u,
+      0x40404040u, 0x80808080u, 0x0F0F0F0Fu, 0x00FF00FFu, 0x0000FFFFu};
+  template <std::uint32_t V>
+  static constexpr int konst_index() {
+    for (int i = 0; i < static_cast<int>(sizeof(kKonsts) / sizeof(kKonsts[0])); ++i)
+      if (kKonsts[i] == V) return i;
+    return -1;
+  }
+  /// The constant V (one of kKonsts) in every 32-bit lane. With kMemConsts a broadcast load
+  /// from kKonsts (the empty asm hides the values; one base register for all), otherwise
+  /// whatever the compiler makes of the immediate: GCC 12 rebuilt each of the inlined Q3_K
+  /// step's 15 masks per call with a `mov` and a `vpbroadcastd` from a general register, a vector
+  /// operation each in a body bound by them, where a load issues beside them (docs/kernels.md,
+  /// "Q3_K on AVX-512: fewer operations per group block").
+  template <std::uint32_t V>
+  [[gnu::always_inline]] static inline VU32<Tag> konst() {
+    constexpr int i = konst_index<V>();
+    static_assert(i >= 0, "konst: add the value to kKonsts");
+    if constexpr (kMemConsts) {
+      const std::uint32_t* p = kKonsts;
+      __asm__("" : "+r"(p));
+      return VU32<Tag>(p[i]);
+    } else {
+      return VU32<Tag>(V);
+    }
+  }
+
   /// The unsigned levels of qs unit K at shift G (Q3_K: with the high bit from hmask).
   template <int K, int G>
   static VU8<Tag> level(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
@@ -123,37 +156,43 @@ struct PackedKq23 : PackedBody<Tag> {
 
   /// Q3_K with VNNI: the level of qs unit K at shift G times 2^kP3<K, G> (at most 7 * 32, a
   /// valid unsigned byte), placed where the hmask bit already is, so that the bit needs no
-  /// shift (or one, for the two lowest shifts of the first half); the exact int32 sums are
-  /// shifted back.
+  /// shift, or, for the two lowest shifts of the first half, the same left shift by 2 (shift 1's
+  /// level then at bit 1, its qs shifted right by 1); the exact int32 sums are shifted back
+  /// when the pair is formed (block).
   template <int K, int G>
-  static constexpr int kP3 = 4 * (K / 8) + G - 2 > 0 ? 4 * (K / 8) + G - 2 : 0;
+  static constexpr int kP3 = (K < 8 && G == 1)           ? 1
+                             : (4 * (K / 8) + G - 2 > 0) ? 4 * (K / 8) + G - 2
+                                                         : 0;
   template <int K, int G>
   static VU8<Tag> level_scaled(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
     constexpr int kP = kP3<K, G>, kD = kP - 2 * G, kE = kP + 2 - (4 * (K / 8) + G);
     const VU32<Tag> hm = unit(gb, K % 8, h);
     const VU32<Tag> qs = kD >= 0 ? q << (kD >= 0 ? kD : 0) : q >> (kD < 0 ? -kD : 0);
     const VU32<Tag> hs = hm << kE;  // kE >= 0
-    return as<std::uint8_t>((qs & VU32<Tag>(0x03030303u << kP)) |
-                            (hs & VU32<Tag>(0x04040404u << kP)));
+    return as<std::uint8_t>((qs & konst<(0x03030303u << kP)>()) |
+                            (hs & konst<(0x04040404u << kP)>()));
   }
 
   /// The 16 sub-block scales of the sub-tile's rows as int16 pairs (Q2_K: 0..15, Q3_K:
   /// -32..31): lane r of p[c][e] holds the scales of sub-blocks 4c + e and 4c + e + 2 of row r.
   static void scale_pairs(const std::uint8_t* gb, int h, VI16<Tag> (&p)[4][2]) {
-    const VU32<Tag> k0f(0x0F0F0F0Fu), kw(0x00FF00FFu);
+    const VU32<Tag> k0f = konst<0x0F0F0F0Fu>(), kw = konst<0x00FF00FFu>();
     for (int c = 0; c < 4; ++c) {
       VU32<Tag> sb;  // byte j: the (unsigned) scale of sub-block 4c + j
       if constexpr (Q3) {
         // low 4 bits: bytes 0..7 (sub-blocks 0..7) low nibbles, then the same bytes' high
-        // nibbles (8..15); high 2 bits: bits 2c..2c+1 of bytes 8..11
+        // nibbles (8..15); high 2 bits: bits 2c..2c+1 of bytes 8..11, moved to bits 4..5 by
+        // one shift
         const VU32<Tag> lo = unit(gb, 24 + c % 2, h) >> (4 * (c / 2));
-        const VU32<Tag> hi = (unit(gb, 26, h) >> (2 * c)) & VU32<Tag>(0x03030303u);
-        sb = (lo & k0f) | (hi << 4);
+        const VU32<Tag> u = unit(gb, 26, h);
+        const VU32<Tag> hi = c < 2 ? u << (c < 2 ? 4 - 2 * c : 0) : u >> (c < 2 ? 0 : 2 * c - 4);
+        sb = (lo & k0f) | (hi & konst<0x30303030u>());
       } else {
         sb = unit(gb, c, h) & k0f;
       }
       for (int e = 0; e < 2; ++e) {
-        p[c][e] = as<std::int16_t>((e ? sb >> 8 : sb) & kw);
+        // the high byte of each 16-bit half by a 16-bit shift, which clears the rest
+        p[c][e] = e ? as<std::int16_t>(as<std::uint16_t>(sb) >> 8) : as<std::int16_t>(sb & kw);
         if constexpr (Q3) p[c][e] = p[c][e] - VI16<Tag>(static_cast<std::int16_t>(32));
       }
     }
@@ -161,7 +200,7 @@ struct PackedKq23 : PackedBody<Tag> {
 
   /// The integer sum of sub-block 8 hh + 2 G + t (qs units 8 hh + 4 t .. + 3 at shift G) of the
   /// sub-tile's rows against its 16 activations, aq + kA .. (aq: the block's 256), without Q3_K's
-  /// -4 offset: |sum| <= 16 * 7 * 128 < 2^15.
+  /// -4 offset: |sum| <= 16 * 7 * 128 < 2^15; Q3_K with VNNI: times 2^kP3<8 hh + 4 t, G>.
   template <int HH, int G, int T, int kA>
   static VI32<Tag> sub_sum(const VU32<Tag> (&q)[4], const std::uint8_t* gb, int h,
                            const std::uint8_t* aq) {
@@ -172,7 +211,7 @@ struct PackedKq23 : PackedBody<Tag> {
         constexpr int k = decltype(kc)::value;
         s = dot_u8s8_b4<Tag, kA + 4 * k>(s, level_scaled<k0 + k, G>(q[k], gb, h), aq);
       });
-      return s >> kP3<k0, G>;  // exact: a multiple of 2^kP3
+      return s;
     } else if constexpr (kInt32) {
       static_for_inline<4>([&](auto kc) NIBBLE_LAMBDA_INLINE {
         constexpr int k = decltype(kc)::value;
@@ -203,7 +242,7 @@ struct PackedKq23 : PackedBody<Tag> {
     const auto* aq = reinterpret_cast<const std::uint8_t*>(ab.qs);
     const Prep& pb = act.p[b];
     const VF<Tag> da(ab.d);
-    const VU32<Tag> klo(0xFFFFu);
+    const VU32<Tag> klo = konst<0xFFFFu>();
     for (int h = 0; h < kH; ++h) {
       VI16<Tag> sp[4][2];
       scale_pairs(gb, h, sp);
@@ -221,7 +260,16 @@ struct PackedKq23 : PackedBody<Tag> {
           constexpr int kA = 128 * hh + 64 * gp + 16 * t;  // the activations of sub-block sb
           const VI32<Tag> sa = sub_sum<hh, 2 * gp, t, kA>(q, gb, h, aq);
           const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t, kA + 32>(q, gb, h, aq);
-          const VU32<Tag> pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
+          VU32<Tag> pair;
+          if constexpr (Q3 && Tag::vnni) {
+            // the sums times 2^pa, 2^pb (exact multiples): sa shifted back into the low half,
+            // sb straight into the high half, one shift each (the bits below 2^pb are 0)
+            constexpr int pa = kP3<8 * hh + 4 * t, 2 * gp>, pb = kP3<8 * hh + 4 * t, 2 * gp + 1>;
+            pair = ((as<std::uint32_t>(sa) >> pa) & klo) |
+                   ((as<std::uint32_t>(sb) << (16 - pb)) & ~klo);
+          } else {
+            pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
+          }
           if constexpr (Q3) {
             const VI16<Tag> p16 =
                 as<std::int16_t>(pair) + as<std::int16_t>(VI32<Tag>(pb.off[c][t]));
