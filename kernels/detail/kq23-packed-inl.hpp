@@ -155,20 +155,23 @@ struct PackedKq23 : PackedBody<Tag> {
   }
 
   /// Q3_K with VNNI: the level of qs unit K at shift G times 2^kP3<K, G> (at most 7 * 32, a
-  /// valid unsigned byte), placed where the hmask bit already is, so that the bit needs no
-  /// shift, or, for the two lowest shifts of the first half, the same left shift by 2 (shift 1's
-  /// level then at bit 1, its qs shifted right by 1); the exact int32 sums are shifted back
-  /// when the pair is formed (block).
+  /// valid unsigned byte): its two low bits at bit kP3, where qs unit K, or qs shifted right by
+  /// one shift that serves two levels, has them, and the hmask bit beside them by one shift of
+  /// the hmask unit that serves two levels as well. First half (K < 8): qs serves shifts 0 and 1
+  /// (at bits 0 and 2), qs >> 2 shifts 2 and 3 (at 2 and 4), the hmask bits 0..3 go up by 2 and
+  /// 3; second half: qs serves shifts 0 and 2 (at 0 and 4), qs >> 1 shifts 1 and 3 (at 1 and 5),
+  /// hmask bits 4..7 go down by 2 and by 0. So 5 shifts per hmask unit and its two qs units
+  /// (8 levels), where shifting for each level alone took 8. The exact int32 sums are shifted
+  /// back when the pair is formed (block).
   template <int K, int G>
-  static constexpr int kP3 = (K < 8 && G == 1)           ? 1
-                             : (4 * (K / 8) + G - 2 > 0) ? 4 * (K / 8) + G - 2
-                                                         : 0;
+  static constexpr int kP3 = K < 8 ? (G < 2 ? 2 * G : 2 * G - 2) : (G % 2 ? 2 * G - 1 : 2 * G);
   template <int K, int G>
   static VU8<Tag> level_scaled(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
     constexpr int kP = kP3<K, G>, kD = kP - 2 * G, kE = kP + 2 - (4 * (K / 8) + G);
+    static_assert(kD <= 0 && kP >= 0 && kP <= 5, "the level bits in the byte");
     const VU32<Tag> hm = unit(gb, K % 8, h);
-    const VU32<Tag> qs = kD >= 0 ? q << (kD >= 0 ? kD : 0) : q >> (kD < 0 ? -kD : 0);
-    const VU32<Tag> hs = hm << kE;  // kE >= 0
+    const VU32<Tag> qs = q >> -kD;
+    const VU32<Tag> hs = kE >= 0 ? hm << (kE >= 0 ? kE : 0) : hm >> (kE < 0 ? -kE : 0);
     return as<std::uint8_t>((qs & konst<(0x03030303u << kP)>()) |
                             (hs & konst<(0x04040404u << kP)>()));
   }
