@@ -107,11 +107,11 @@ struct PackedKq23 : PackedBody<Tag> {
   static std::int64_t blocks(std::int64_t cols) { return cols / 256; }
 
   /// The masks of the Q3_K body: the levels' two low bits and their high bit at bits kP..kP + 2
-  /// of each byte (kP = 0..5), the scales' nibbles, bits 4..5 and bytes, a pair's low half.
+  /// of each byte (kP in kP3: 0, 1, 2, 4 or 5), the scales' nibbles and bytes, a pair's low half
+  /// (0x30303030, the low bits at kP = 4, also takes the scales' bits 4..5).
   alignas(64) static constexpr std::uint32_t kKonsts[] = {
-      0x03030303u, 0x06060606u, 0x0C0C0C0Cu, 0x18181818u, 0x30303030u,
-      0x60606060u, 0x04040404u, 0x08080808u, 0x10101010u, 0x20202020u,
-      0x40404040u, 0x80808080u, 0x0F0F0F0Fu, 0x00FF00FFu, 0x0000FFFFu};
+      0x03030303u, 0x06060606u, 0x0C0C0C0Cu, 0x30303030u, 0x60606060u, 0x04040404u, 0x08080808u,
+      0x10101010u, 0x40404040u, 0x80808080u, 0x0F0F0F0Fu, 0x00FF00FFu, 0x0000FFFFu};
   template <std::uint32_t V>
   static constexpr int konst_index() {
     for (int i = 0; i < static_cast<int>(sizeof(kKonsts) / sizeof(kKonsts[0])); ++i)
