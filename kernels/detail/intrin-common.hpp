@@ -137,6 +137,15 @@ inline void tile_dispatch(int rr, int cc, Args... a) {
   }
 }
 
+/// p itself, through an empty asm statement that the compiler must assume changes it, so that a
+/// value read through the result is a load and never a constant folded from the pointee (the
+/// masks of the packed Q3_K step as broadcast loads: PackedKq23::konst).
+template <class T>
+[[gnu::always_inline]] inline const T* opaque_ptr(const T* p) {
+  __asm__("" : "+r"(p));
+  return p;
+}
+
 /// Whether gemv_groups reads a thread's rows as R far-apart streams (kRowStreams): on every x86
 /// core unless the tests' override (detail::set_vendor_tuning_override) is 0, elsewhere only
 /// when it is 1 (bodies may still opt out: Q8_0 and f16 on AMD's family-25 cores,

@@ -119,7 +119,7 @@ struct PackedKq23 : PackedBody<Tag> {
     return -1;
   }
   /// The constant V (one of kKonsts) in every 32-bit lane. With kMemConsts a broadcast load
-  /// from kKonsts (the empty asm hides the values; one base register for all), otherwise
+  /// from kKonsts (opaque_ptr hides the values; one base register for all), otherwise
   /// whatever the compiler makes of the immediate: GCC 12 rebuilt each of the inlined Q3_K
   /// step's 15 masks per call with a `mov` and a `vpbroadcastd` from a general register, a vector
   /// operation each in a body bound by them, where a load issues beside them (docs/kernels.md,
@@ -129,9 +129,7 @@ struct PackedKq23 : PackedBody<Tag> {
     constexpr int i = konst_index<V>();
     static_assert(i >= 0, "konst: add the value to kKonsts");
     if constexpr (kMemConsts) {
-      const std::uint32_t* p = kKonsts;
-      __asm__("" : "+r"(p));
-      return VU32<Tag>(p[i]);
+      return VU32<Tag>(opaque_ptr(kKonsts)[i]);
     } else {
       return VU32<Tag>(V);
     }
