@@ -135,6 +135,16 @@ struct PackedKq23 : PackedBody<Tag> {
     }
   }
 
+  /// v shifted left by N bits, right by -N where N < 0 (each 32-bit lane).
+  template <int N>
+  [[gnu::always_inline]] static inline VU32<Tag> shift(const VU32<Tag>& v) {
+    if constexpr (N >= 0) {
+      return v << N;
+    } else {
+      return v >> -N;
+    }
+  }
+
   /// The unsigned levels of qs unit K at shift G (Q3_K: with the high bit from hmask).
   template <int K, int G>
   static VU8<Tag> level(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
@@ -145,8 +155,7 @@ struct PackedKq23 : PackedBody<Tag> {
       if constexpr (Q3) {
         const VU32<Tag> hm = unit(gb, K % 8, h);  // hmask bytes 4 (K % 8) ..: bit 4 hh + G
         constexpr int kS = 4 * (K / 8) + G - 2;   // that bit to bit 2
-        const VU32<Tag> hb = kS >= 0 ? hm >> (kS >= 0 ? kS : 0) : hm << (kS < 0 ? -kS : 0);
-        lv = lv | (hb & VU32<Tag>(0x04040404u));
+        lv = lv | (shift<-kS>(hm) & VU32<Tag>(0x04040404u));
       }
       return as<std::uint8_t>(lv);
     }
@@ -163,15 +172,17 @@ struct PackedKq23 : PackedBody<Tag> {
   /// back when the pair is formed (block).
   template <int K, int G>
   static constexpr int kP3 = K < 8 ? (G < 2 ? 2 * G : 2 * G - 2) : (G % 2 ? 2 * G - 1 : 2 * G);
+  /// The power of 2 that sub_sum's result for qs unit K (the sub-block's first) at shift G
+  /// carries: kP3 where level_scaled makes the levels, else none.
+  template <int K, int G>
+  static constexpr int kSumShift = Q3&& Tag::vnni ? kP3<K, G> : 0;
   template <int K, int G>
   static VU8<Tag> level_scaled(const VU32<Tag>& q, const std::uint8_t* gb, int h) {
     constexpr int kP = kP3<K, G>, kD = kP - 2 * G, kE = kP + 2 - (4 * (K / 8) + G);
     static_assert(kD <= 0 && kP >= 0 && kP <= 5, "the level bits in the byte");
     const VU32<Tag> hm = unit(gb, K % 8, h);
-    const VU32<Tag> qs = q >> -kD;
-    const VU32<Tag> hs = kE >= 0 ? hm << (kE >= 0 ? kE : 0) : hm >> (kE < 0 ? -kE : 0);
-    return as<std::uint8_t>((qs & konst<(0x03030303u << kP)>()) |
-                            (hs & konst<(0x04040404u << kP)>()));
+    return as<std::uint8_t>((shift<kD>(q) & konst<(0x03030303u << kP)>()) |
+                            (shift<kE>(hm) & konst<(0x04040404u << kP)>()));
   }
 
   /// The 16 sub-block scales of the sub-tile's rows as int16 pairs (Q2_K: 0..15, Q3_K:
@@ -201,7 +212,7 @@ struct PackedKq23 : PackedBody<Tag> {
 
   /// The integer sum of sub-block 8 hh + 2 G + t (qs units 8 hh + 4 t .. + 3 at shift G) of the
   /// sub-tile's rows against its 16 activations, aq + kA .. (aq: the block's 256), without Q3_K's
-  /// -4 offset: |sum| <= 16 * 7 * 128 < 2^15; Q3_K with VNNI: times 2^kP3<8 hh + 4 t, G>.
+  /// -4 offset: |sum| <= 16 * 7 * 128 < 2^15, times 2^kSumShift<8 hh + 4 t, G>.
   template <int HH, int G, int T, int kA>
   static VI32<Tag> sub_sum(const VU32<Tag> (&q)[4], const std::uint8_t* gb, int h,
                            const std::uint8_t* aq) {
@@ -261,16 +272,14 @@ struct PackedKq23 : PackedBody<Tag> {
           constexpr int kA = 128 * hh + 64 * gp + 16 * t;  // the activations of sub-block sb
           const VI32<Tag> sa = sub_sum<hh, 2 * gp, t, kA>(q, gb, h, aq);
           const VI32<Tag> sb = sub_sum<hh, 2 * gp + 1, t, kA + 32>(q, gb, h, aq);
-          VU32<Tag> pair;
-          if constexpr (Q3 && Tag::vnni) {
-            // the sums times 2^pa, 2^pb (exact multiples): sa shifted back into the low half,
-            // sb straight into the high half, one shift each (the bits below 2^pb are 0)
-            constexpr int pa = kP3<8 * hh + 4 * t, 2 * gp>, pb = kP3<8 * hh + 4 * t, 2 * gp + 1>;
-            pair = ((as<std::uint32_t>(sa) >> pa) & klo) |
-                   ((as<std::uint32_t>(sb) << (16 - pb)) & ~klo);
-          } else {
-            pair = (as<std::uint32_t>(sa) & klo) | (as<std::uint32_t>(sb) << 16);
-          }
+          // the sums times 2^ea, 2^eb (exact multiples): sa shifted back into the low half,
+          // sb straight into the high half, one shift each (the bits below 2^eb are 0; with
+          // eb > 0 the bits that sb's shift brings down under bit 16 are masked off)
+          constexpr int ea = kSumShift<8 * hh + 4 * t, 2 * gp>;
+          constexpr int eb = kSumShift<8 * hh + 4 * t, 2 * gp + 1>;
+          const VU32<Tag> hi = shift<16 - eb>(as<std::uint32_t>(sb));
+          const VU32<Tag> pair =
+              (shift<-ea>(as<std::uint32_t>(sa)) & klo) | (eb > 0 ? hi & ~klo : hi);
           if constexpr (Q3) {
             const VI16<Tag> p16 =
                 as<std::int16_t>(pair) + as<std::int16_t>(VI32<Tag>(pb.off[c][t]));
